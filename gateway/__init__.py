@@ -1,0 +1,3 @@
+"""Real-time streaming text-to-speech gateway."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,92 @@
+"""The Starlette application factory.
+
+Engines are created and warmed in the lifespan and shared through
+``app.state.gateway`` (never loaded at import time).  ``/readyz`` turns ready
+only after warm-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+
+from gateway import __version__
+from gateway.engines.base import Engine
+from gateway.engines.registry import create_engine
+from gateway.metrics import Metrics, watch_loop_lag
+from gateway.routes.stream import stream_endpoint
+from gateway.server_state import GatewayState
+from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok", "version": __version__})
+
+
+async def readyz(request: Request) -> Response:
+    state: GatewayState = request.app.state.gateway
+    if state.ready and not state.shutting_down:
+        return JSONResponse({"status": "ready", "engine": state.engine.name})
+    status = "shutting_down" if state.shutting_down else "starting"
+    return JSONResponse({"status": status}, status_code=503)
+
+
+async def metrics(request: Request) -> Response:
+    state: GatewayState = request.app.state.gateway
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
+    """Build the app.  An ``engine`` passed in must be started already and is
+    not closed by the app (tests share one engine between servers)."""
+    owns_engine = engine is None
+    the_engine = engine if engine is not None else create_engine(settings)
+    state = GatewayState(settings=settings, engine=the_engine, metrics=Metrics())
+    state.metrics.track_engine(the_engine.queue_depth, the_engine.live_jobs)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        lag = asyncio.create_task(watch_loop_lag(state.metrics), name="loop-lag")
+        try:
+            if owns_engine:
+                log.info("loading engine %s", the_engine.name)
+                await the_engine.start()
+            state.ready = True
+            log.info(
+                "ready: engine %s, voices %s",
+                the_engine.name,
+                ", ".join(v.name for v in the_engine.voices()),
+            )
+            yield
+        finally:
+            state.ready = False
+            state.shutting_down = True
+            lag.cancel()
+            await asyncio.gather(lag, return_exceptions=True)
+            if owns_engine:
+                await the_engine.aclose()
+
+    routes = [
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics),
+        WebSocketRoute("/v1/audio/speech/stream", stream_endpoint),
+    ]
+    if WEB_DIR.is_dir():
+        routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.gateway = state
+    return app

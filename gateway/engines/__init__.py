@@ -1,0 +1,1 @@
+"""Speech engines: one module per engine behind ``gateway.engines.base.Engine``."""

@@ -1,0 +1,148 @@
+"""The error registry: one table drives the WebSocket and HTTP behaviour.
+
+Each ``ErrorCode`` has a stable wire name, a fatality rule, the WebSocket
+close code used when it is fatal, the HTTP status and the OpenAI error type.
+``docs/protocol.md`` carries the same table; a test iterates this enum and
+checks every row is there, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Literal
+
+#: ``never``: the session goes on; ``always``: the server closes the
+#: connection after the ``error`` event; ``first_config``: fatal only while no
+#: ``session.config`` has been accepted yet (vllm-omni's behaviour).
+Fatality = Literal["never", "always", "first_config"]
+
+
+class CloseCode(enum.IntEnum):
+    """WebSocket close codes the gateway uses."""
+
+    NORMAL = 1000  #: after ``session.close``
+    GOING_AWAY = 1001  #: server shutdown
+    INVALID_DATA = 1007  #: invalid UTF-8 in a text frame (WebSocket layer)
+    POLICY = 1008  #: auth, origin, a rejected first config
+    TOO_BIG = 1009  #: a frame over the WebSocket message cap (WebSocket layer)
+    INTERNAL = 1011  #: unexpected server failure
+    TRY_AGAIN = 1013  #: over capacity or shutting down
+    CONFIG_TIMEOUT = 4001  #: no first message within ``config_timeout_s``
+    IDLE_TIMEOUT = 4002  #: nothing happened for ``idle_timeout_s``
+    STALL_TIMEOUT = 4008  #: the client stopped reading for ``stall_timeout_s``
+
+
+@dataclass(frozen=True)
+class ErrorSpec:
+    fatal: Fatality
+    close_code: CloseCode | None
+    http_status: int
+    openai_type: str
+    summary: str
+
+
+class ErrorCode(enum.StrEnum):
+    INVALID_JSON = "invalid_json"
+    INVALID_MESSAGE = "invalid_message"
+    UNKNOWN_TYPE = "unknown_type"
+    INVALID_CONFIG = "invalid_config"
+    UNKNOWN_VOICE = "unknown_voice"
+    UNSUPPORTED_OPTION = "unsupported_option"
+    INVALID_STATE = "invalid_state"
+    TEXT_TOO_LONG = "text_too_long"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    UNAUTHORIZED = "unauthorized"
+    ORIGIN_NOT_ALLOWED = "origin_not_allowed"
+    BUSY = "busy"
+    RATE_LIMITED = "rate_limited"
+    TIMEOUT = "timeout"
+    INTERNAL = "internal"
+
+    @property
+    def spec(self) -> ErrorSpec:
+        return _SPECS[self]
+
+
+_BAD = "invalid_request_error"
+_SPECS: dict[ErrorCode, ErrorSpec] = {
+    ErrorCode.INVALID_JSON: ErrorSpec("never", None, 400, _BAD, "A text frame is not valid JSON."),
+    ErrorCode.INVALID_MESSAGE: ErrorSpec(
+        "never",
+        None,
+        400,
+        _BAD,
+        "JSON that is not an object, lacks `type`, or has a field of the wrong type.",
+    ),
+    ErrorCode.UNKNOWN_TYPE: ErrorSpec("never", None, 400, _BAD, "`type` names no message."),
+    ErrorCode.INVALID_CONFIG: ErrorSpec(
+        "first_config",
+        CloseCode.POLICY,
+        400,
+        _BAD,
+        "A `session.config` field is unknown, malformed or out of range.",
+    ),
+    ErrorCode.UNKNOWN_VOICE: ErrorSpec(
+        "first_config",
+        CloseCode.POLICY,
+        400,
+        _BAD,
+        "The voice is not installed; the message lists the available voices.",
+    ),
+    ErrorCode.UNSUPPORTED_OPTION: ErrorSpec(
+        "first_config",
+        CloseCode.POLICY,
+        400,
+        _BAD,
+        "A known option has a value this engine cannot honour.",
+    ),
+    ErrorCode.INVALID_STATE: ErrorSpec(
+        "never", None, 409, _BAD, "The message is not allowed in the current state."
+    ),
+    ErrorCode.TEXT_TOO_LONG: ErrorSpec(
+        "never", None, 400, _BAD, "Text over the per-message or per-utterance limit."
+    ),
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorSpec(
+        "never", None, 413, _BAD, "A message or request body over its size limit."
+    ),
+    ErrorCode.UNAUTHORIZED: ErrorSpec(
+        "always", CloseCode.POLICY, 401, "authentication_error", "Missing or wrong API key."
+    ),
+    ErrorCode.ORIGIN_NOT_ALLOWED: ErrorSpec(
+        "always", CloseCode.POLICY, 403, "permission_error", "The page's Origin is not allowed."
+    ),
+    ErrorCode.BUSY: ErrorSpec(
+        "never",
+        CloseCode.TRY_AGAIN,
+        503,
+        "server_error",
+        "The server is at capacity; the utterance or session was refused.",
+    ),
+    ErrorCode.RATE_LIMITED: ErrorSpec(
+        "never", None, 429, "rate_limit_error", "Too many messages or connections; dropped."
+    ),
+    ErrorCode.TIMEOUT: ErrorSpec(
+        "always",
+        CloseCode.IDLE_TIMEOUT,
+        408,
+        _BAD,
+        "A config, idle or stall timeout expired (close 4001, 4002 or 4008).",
+    ),
+    ErrorCode.INTERNAL: ErrorSpec(
+        "never",
+        CloseCode.INTERNAL,
+        500,
+        "server_error",
+        "The server failed; a failed sentence ends with `audio.done` `error: true`.",
+    ),
+}
+
+
+class GatewayError(Exception):
+    """An error with a registry code and a message a person can act on."""
+
+    def __init__(self, code: ErrorCode, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param

@@ -1,0 +1,97 @@
+"""Prometheus metrics, one registry per app (so tests can run several apps).
+
+Labels are bounded: error codes from the registry, never session ids.  Names
+and meanings are listed in ``docs/operations.md``; a test checks the list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.sessions_active = Gauge(
+            "gateway_sessions_active", "Open WebSocket sessions.", registry=r
+        )
+        self.streams_active = Gauge(
+            "gateway_streams_active", "Utterances currently being synthesized or sent.", registry=r
+        )
+        self.http_streams_active = Gauge(
+            "gateway_http_streams_active", "HTTP speech responses in progress.", registry=r
+        )
+        self.utterances = Counter("gateway_utterances", "Utterances started.", registry=r)
+        self.sentences = Counter("gateway_sentences", "Segments synthesized.", registry=r)
+        self.time_to_first_audio = Histogram(
+            "gateway_time_to_first_audio_seconds",
+            "Server-side time from an utterance's first speakable segment to its first byte.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.acoustic_seconds = Histogram(
+            "gateway_acoustic_seconds",
+            "Engine acoustic-model time per segment.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.first_chunk_seconds = Histogram(
+            "gateway_first_chunk_seconds",
+            "Engine time from submit to a segment's first decoded chunk.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.engine_queue_depth = Gauge(
+            "gateway_engine_queue_depth", "Work items waiting for an engine worker.", registry=r
+        )
+        self.engine_live_jobs = Gauge(
+            "gateway_engine_live_jobs", "Engine jobs not yet finished (debug).", registry=r
+        )
+        self.live_tasks = Gauge(
+            "gateway_live_tasks", "Asyncio tasks alive in the server's loop (debug).", registry=r
+        )
+        self.loop_lag = Histogram(
+            "gateway_event_loop_lag_seconds",
+            "How late the event loop ran a 100 ms timer.",
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        self.underruns = Counter(
+            "gateway_underruns",
+            "Times a client's reported position caught up with all audio sent mid-utterance.",
+            registry=r,
+        )
+        self.cancels = Counter("gateway_cancels", "Utterances cancelled.", registry=r)
+        self.frames_sent = Counter(
+            "gateway_frames_sent", "Binary WebSocket messages sent.", registry=r
+        )
+        self.bytes_sent = Counter(
+            "gateway_bytes_sent", "Binary payload bytes sent (WebSocket and HTTP).", registry=r
+        )
+        self.errors = Counter(
+            "gateway_errors", "Errors reported to clients, by registry code.", ["code"], registry=r
+        )
+
+    def track_engine(self, queue_depth: Callable[[], int], live_jobs: Callable[[], int]) -> None:
+        self.engine_queue_depth.set_function(queue_depth)
+        self.engine_live_jobs.set_function(live_jobs)
+
+    def render(self) -> bytes:
+        self.live_tasks.set(len(asyncio.all_tasks()))
+        return generate_latest(self.registry)
+
+
+async def watch_loop_lag(metrics: Metrics, interval: float = 0.1) -> None:
+    """Sample event-loop lag until cancelled."""
+    while True:
+        before = time.monotonic()
+        await asyncio.sleep(interval)
+        metrics.loop_lag.observe(max(0.0, time.monotonic() - before - interval))

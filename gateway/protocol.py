@@ -1,0 +1,329 @@
+"""Typed messages of the streaming protocol on ``/v1/audio/speech/stream``.
+
+Every JSON message is a msgspec ``Struct`` tagged by its ``type`` field; there
+is one union and one reusable decoder per direction.  ``docs/protocol.md`` is
+the human side of this contract: the two change together, and a test
+round-trips every message class found here.
+
+Compatibility policy (see the docs): within a major ``PROTOCOL_VERSION`` the
+gateway only adds messages and optional fields; clients ignore what they do
+not know.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from gateway.errors import ErrorCode, GatewayError
+
+PROTOCOL_VERSION = "1.0.0"
+
+Encoding = Literal["pcm_s16le", "pcm_f32le", "mulaw", "alaw"]
+ResponseFormat = Literal["wav", "pcm"]
+Granularity = Literal["auto", "sentence", "clause", "none"]
+FlowControl = Literal["none", "ack", "realtime"]
+Framing = Literal["raw", "tagged"]
+PositionSource = Literal["played_ms", "estimate", "sent_ms"]
+
+Speed = Annotated[float, Meta(ge=0.25, le=4.0)]
+SampleRate = Annotated[int, Meta(ge=8000, le=48000)]
+FrameMs = Annotated[int, Meta(ge=10, le=500)]
+LeadMs = Annotated[int, Meta(ge=100)]
+NonNegativeMs = Annotated[float, Meta(ge=0)]
+
+
+class _Message(msgspec.Struct, tag_field="type", omit_defaults=False):
+    pass
+
+
+# --------------------------------------------------------------------------
+# client -> server
+# --------------------------------------------------------------------------
+
+
+class SessionConfig(_Message, tag="session.config", forbid_unknown_fields=True, kw_only=True):
+    """Fields left out keep their current value (defaults on the first config)."""
+
+    voice: str | UnsetType | None = UNSET
+    speaker: str | UnsetType | None = UNSET  #: vllm-omni's alias of ``voice``
+    language: str | UnsetType | None = UNSET
+    speed: Speed | UnsetType | None = UNSET
+    response_format: ResponseFormat | UnsetType | None = UNSET
+    stream_audio: bool | UnsetType | None = UNSET
+    encoding: Encoding | UnsetType | None = UNSET
+    sample_rate: SampleRate | UnsetType | None = UNSET
+    frame_ms: FrameMs | UnsetType | None = UNSET
+    split_granularity: Granularity | UnsetType | None = UNSET
+    flow_control: FlowControl | UnsetType | None = UNSET
+    max_lead_ms: LeadMs | UnsetType | None = UNSET
+    timestamps: bool | UnsetType | None = UNSET
+    framing: Framing | UnsetType | None = UNSET
+    model: str | UnsetType | None = UNSET
+    # vllm-omni fields: accepted at their defaults, otherwise unsupported_option
+    task_type: str | UnsetType | None = UNSET
+    instructions: str | UnsetType | None = UNSET
+    ref_audio: str | UnsetType | None = UNSET
+    ref_text: str | UnsetType | None = UNSET
+    x_vector_only_mode: bool | UnsetType | None = UNSET
+    speaker_embedding: Any | UnsetType = UNSET
+    max_new_tokens: int | UnsetType | None = UNSET
+    initial_codec_chunk_frames: int | UnsetType | None = UNSET
+    non_streaming_mode: bool | UnsetType | None = UNSET
+    word_timestamps: bool | UnsetType | None = UNSET
+
+
+class InputText(_Message, tag="input.text", kw_only=True):
+    text: str
+    context_id: str | None = None
+
+
+class InputFlush(_Message, tag="input.flush", kw_only=True):
+    context_id: str | None = None
+
+
+class InputDone(_Message, tag="input.done", kw_only=True):
+    context_id: str | None = None
+
+
+class Cancel(_Message, tag="cancel", kw_only=True):
+    context_id: str | None = None  #: ``"*"`` cancels every context
+
+
+class Playback(_Message, tag="playback", kw_only=True):
+    played_ms: NonNegativeMs
+    context_id: str | None = None
+
+
+class Ping(_Message, tag="ping", kw_only=True):
+    id: str | int | None = None
+
+
+class SessionClose(_Message, tag="session.close"):
+    pass
+
+
+ClientMessage = (
+    SessionConfig | InputText | InputFlush | InputDone | Cancel | Playback | Ping | SessionClose
+)
+CLIENT_MESSAGES: tuple[type[_Message], ...] = (
+    SessionConfig,
+    InputText,
+    InputFlush,
+    InputDone,
+    Cancel,
+    Playback,
+    Ping,
+    SessionClose,
+)
+
+# --------------------------------------------------------------------------
+# server -> client
+# --------------------------------------------------------------------------
+
+
+class VoiceDescription(msgspec.Struct, kw_only=True):
+    name: str
+    language: str
+    language_name: str
+    sample_rate: int
+    quality: str
+    streaming: bool
+
+
+class Limits(msgspec.Struct, kw_only=True):
+    max_message_bytes: int
+    max_input_text_bytes: int
+    max_utterance_chars: int
+    max_contexts: int
+    max_buffered_ms: int
+    config_timeout_s: float
+    idle_timeout_s: float
+    stall_timeout_s: float
+
+
+class EffectiveConfig(msgspec.Struct, kw_only=True):
+    """The values in force after a ``session.config`` (nothing left unset)."""
+
+    voice: str
+    language: str
+    speed: float
+    response_format: ResponseFormat
+    stream_audio: bool
+    encoding: Encoding
+    sample_rate: int
+    frame_ms: int
+    frame_samples: int  #: nominal samples in one frame at ``sample_rate``
+    split_granularity: Granularity
+    flow_control: FlowControl
+    max_lead_ms: int
+    timestamps: bool
+    framing: Framing
+    model: str
+
+
+class SessionCreated(_Message, tag="session.created", kw_only=True):
+    session_id: str
+    protocol_version: str
+    engine: str
+    voices: list[VoiceDescription]
+    defaults: EffectiveConfig
+    limits: Limits
+
+
+class SessionUpdated(_Message, tag="session.updated", kw_only=True):
+    config: EffectiveConfig
+    limits: Limits
+
+
+class AudioStart(_Message, tag="audio.start", kw_only=True):
+    context_id: str | None
+    utterance_index: int
+    sentence_index: int
+    sentence_text: str
+    format: ResponseFormat
+    encoding: Encoding
+    sample_rate: int
+    context_number: int = 0  #: the u16 in tagged frame headers
+
+
+class WordTimestamp(msgspec.Struct, kw_only=True):
+    word: str
+    start_ms: float  #: from the start of the utterance's audio
+    end_ms: float
+
+
+class Alignment(_Message, tag="alignment", kw_only=True):
+    context_id: str | None
+    utterance_index: int
+    sentence_index: int
+    words: list[WordTimestamp]
+
+
+class AudioDone(_Message, tag="audio.done", kw_only=True):
+    context_id: str | None
+    utterance_index: int
+    sentence_index: int
+    total_bytes: int
+    audio_ms: float
+    error: bool = False
+    cancelled: bool = False
+
+
+class AudioCancelled(_Message, tag="audio.cancelled", kw_only=True):
+    context_id: str | None
+    utterance_index: int
+    sent_ms: float
+    played_ms: float
+    position_source: PositionSource
+    spoken_text: str
+    unspoken_text: str
+
+
+class UtteranceMetrics(msgspec.Struct, kw_only=True):
+    queue_ms: float  #: first text accepted until the engine started on it
+    first_audio_ms: float | None  #: flush (or eager start) until the first byte was sent
+    audio_ms: float  #: audio duration sent
+    compute_ms: float  #: engine time (acoustic + decode)
+    compute_rtf: float  #: compute_ms / audio_ms
+    sentences: int
+
+
+class SessionDone(_Message, tag="session.done", kw_only=True):
+    context_id: str | None
+    utterance_index: int
+    total_sentences: int
+    cancelled: bool = False
+    metrics: UtteranceMetrics | None = None
+
+
+class Pong(_Message, tag="pong", kw_only=True):
+    id: str | int | None = None
+
+
+class Error(_Message, tag="error", kw_only=True):
+    code: ErrorCode
+    message: str
+    fatal: bool = False
+    context_id: str | None = None
+    #: vllm-omni's fields on a mid-sentence failure
+    partial_audio: bool | None = None
+    action: str | None = None
+
+
+ServerMessage = (
+    SessionCreated
+    | SessionUpdated
+    | AudioStart
+    | Alignment
+    | AudioDone
+    | AudioCancelled
+    | SessionDone
+    | Pong
+    | Error
+)
+SERVER_MESSAGES: tuple[type[_Message], ...] = (
+    SessionCreated,
+    SessionUpdated,
+    AudioStart,
+    Alignment,
+    AudioDone,
+    AudioCancelled,
+    SessionDone,
+    Pong,
+    Error,
+)
+
+_CLIENT_TAGS: dict[str, type[_Message]] = {
+    str(cls.__struct_config__.tag): cls for cls in CLIENT_MESSAGES
+}
+
+client_decoder: msgspec.json.Decoder[ClientMessage] = msgspec.json.Decoder(ClientMessage)
+server_decoder: msgspec.json.Decoder[ServerMessage] = msgspec.json.Decoder(ServerMessage)
+_encoder = msgspec.json.Encoder()
+_any_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
+def encode(message: _Message) -> bytes:
+    return _encoder.encode(message)
+
+
+def encode_text(message: _Message) -> str:
+    return _encoder.encode(message).decode("utf-8")
+
+
+def decode_client(data: str | bytes) -> ClientMessage:
+    """Decode one client text frame or raise ``GatewayError`` with the right
+    registry code and msgspec's message (which names the bad field's path)."""
+    try:
+        return client_decoder.decode(data)
+    except msgspec.DecodeError:
+        pass  # classify below: the typed fast path failed
+    try:
+        raw = _any_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise GatewayError(ErrorCode.INVALID_JSON, f"not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise GatewayError(
+            ErrorCode.INVALID_MESSAGE,
+            f"a message must be a JSON object, got {type(raw).__name__}",
+        )
+    kind = raw.get("type")
+    if kind is None:
+        raise GatewayError(ErrorCode.INVALID_MESSAGE, "missing field `type` - at `$`")
+    if not isinstance(kind, str):
+        raise GatewayError(ErrorCode.INVALID_MESSAGE, "`type` must be a string - at `$.type`")
+    cls = _CLIENT_TAGS.get(kind)
+    if cls is None:
+        known = ", ".join(sorted(_CLIENT_TAGS))
+        raise GatewayError(
+            ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind!r}; known types: {known}"
+        )
+    try:
+        message: ClientMessage = msgspec.convert(raw, cls)  # type: ignore[assignment]
+    except msgspec.ValidationError as exc:
+        code = ErrorCode.INVALID_CONFIG if cls is SessionConfig else ErrorCode.INVALID_MESSAGE
+        raise GatewayError(code, f"{kind}: {exc}") from None
+    return message

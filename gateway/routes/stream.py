@@ -1,0 +1,128 @@
+"""The WebSocket endpoint ``/v1/audio/speech/stream``: a thin async layer.
+
+It admits the connection, then runs the reader loop: receive a frame,
+decode it into a typed message, hand it to the ``Session``.  It never waits
+on synthesis.  Everything about state lives in ``gateway.session``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starlette.websockets import WebSocket
+
+from gateway import protocol
+from gateway.errors import CloseCode, ErrorCode, GatewayError
+from gateway.outbound import ConnectionGone, Outbound
+from gateway.routes.security import check_websocket
+from gateway.server_state import GatewayState
+from gateway.session import Session, State
+
+log = logging.getLogger(__name__)
+
+
+async def stream_endpoint(websocket: WebSocket) -> None:
+    state: GatewayState = websocket.app.state.gateway
+    settings = state.settings
+    rejection = check_websocket(websocket, state)
+    await websocket.accept(subprotocol=_echo_subprotocol(websocket))
+    out = Outbound(websocket, state.metrics)
+    if rejection is not None:
+        await _refuse(out, rejection)
+        return
+    if state.shutting_down or not state.ready:
+        await _refuse(
+            out,
+            GatewayError(ErrorCode.BUSY, "the server is starting or shutting down; retry"),
+            CloseCode.TRY_AGAIN,
+        )
+        return
+    if state.sessions >= settings.max_sessions:
+        await _refuse(
+            out,
+            GatewayError(
+                ErrorCode.BUSY, f"the server is at its limit of {settings.max_sessions} sessions"
+            ),
+            CloseCode.TRY_AGAIN,
+        )
+        return
+    session = Session(out, state.engine, settings, state.metrics)
+    state.sessions += 1
+    state.live_sessions.add(session)
+    state.metrics.sessions_active.inc()
+    session.log.info("session opened from %s", websocket.client.host if websocket.client else "?")
+    try:
+        await out.event(session.created_message())
+        await _read_loop(websocket, session)
+    except ConnectionGone:
+        pass
+    finally:
+        await session.shutdown()
+        state.sessions -= 1
+        state.live_sessions.discard(session)
+        state.metrics.sessions_active.dec()
+        session.log.info("session closed")
+
+
+async def _read_loop(websocket: WebSocket, session: Session) -> None:
+    settings = session.settings
+    first = True
+    while session.state is State.OPEN:
+        timeout = settings.config_timeout_s if first else settings.idle_timeout_s
+        try:
+            frame = await asyncio.wait_for(websocket.receive(), timeout)
+        except TimeoutError:
+            if not first and session.busy():
+                continue  # audio is still being produced or played: not idle
+            which = "config" if first else "idle"
+            code = CloseCode.CONFIG_TIMEOUT if first else CloseCode.IDLE_TIMEOUT
+            await session.out.event(
+                protocol.Error(
+                    code=ErrorCode.TIMEOUT,
+                    message=f"{which} timeout: no message for {timeout:g} s",
+                    fatal=True,
+                )
+            )
+            await session.close(code, f"{which} timeout")
+            return
+        first = False
+        if frame["type"] == "websocket.disconnect":
+            session.connection_lost()
+            return
+        text = frame.get("text")
+        if text is None:
+            error = GatewayError(
+                ErrorCode.INVALID_MESSAGE,
+                "binary frames from the client are not part of the protocol; send JSON text",
+            )
+            await session.report_error(error)
+            continue
+        message: protocol.ClientMessage | None = None
+        try:
+            message = protocol.decode_client(text)
+            if not await session.handle(message):
+                return
+        except GatewayError as error:
+            context_id = getattr(message, "context_id", None)
+            if await session.report_error(error, context_id):
+                return
+
+
+def _echo_subprotocol(websocket: WebSocket) -> str | None:
+    """Browsers that send their key as a subprotocol need one echoed back."""
+    offered = websocket.scope.get("subprotocols") or []
+    for name in offered:
+        if name == "tts.v1" or name.startswith("tts."):
+            return str(name)
+    return None
+
+
+async def _refuse(out: Outbound, error: GatewayError, code: int | None = None) -> None:
+    """Accept-then-explain-then-close, so browsers can see why."""
+    spec = error.code.spec
+    try:
+        await out.event(protocol.Error(code=error.code, message=error.message, fatal=True))
+    except ConnectionGone:
+        return
+    await out.close(code or spec.close_code or CloseCode.POLICY, str(error.code))

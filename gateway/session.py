@@ -1,0 +1,517 @@
+"""One WebSocket session: state, contexts and the full-duplex reader.
+
+The reader never waits on synthesis: it decodes a client message, updates
+state and returns to the socket, so ``cancel`` and ``playback`` are handled
+while audio is being produced.  Audio is produced by ``speaker.AudioStream``
+tasks; every send goes through ``outbound.Outbound``.
+
+Lifecycle: ``OPEN`` (after ``session.created``) -> ``CLOSING`` (close asked,
+error or disconnect: work is being cancelled) -> ``CLOSED``.  An illegal
+transition raises at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gateway import protocol
+from gateway.audio.resample import StreamResampler
+from gateway.engines.base import Engine, SynthesisJob
+from gateway.errors import CloseCode, ErrorCode, GatewayError
+from gateway.flow import FlowWindow
+from gateway.outbound import ConnectionGone, Outbound
+from gateway.segmenter import Segmenter
+from gateway.session_config import apply_config, default_config
+from gateway.speaker import AudioStream, Segment
+from gateway.utterance import Sentence, Utterance
+
+if TYPE_CHECKING:
+    from gateway.metrics import Metrics
+    from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT: str | None = None
+
+
+class State(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(eq=False)
+class Context:
+    id: str | None
+    number: int
+    segmenter: Segmenter
+    utterance: Utterance | None = None
+    cancelling: bool = False
+    sequence: int = 0  #: tagged-frame sequence number
+    stream: AudioStream | None = None  #: own stream under tagged framing
+    eager_timer: asyncio.TimerHandle | None = None
+    resampler: StreamResampler | None = None
+    resampler_utterance: Utterance | None = None
+    flow: FlowWindow = field(default_factory=FlowWindow)
+
+
+class Session:
+    def __init__(
+        self,
+        out: Outbound,
+        engine: Engine,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self.out = out
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics
+        self.state = State.OPEN
+        self.config = default_config(engine.default_voice(), engine.name)
+        self.config_accepted = False
+        self.contexts: dict[str | None, Context] = {}
+        self._context_numbers = 0
+        self.utterances_started = 0
+        self.shared_stream = AudioStream(self, "shared")
+        self._voice_rates = {v.name: v.sample_rate for v in engine.voices()}
+        self.log = logging.LoggerAdapter(log, {"session": self.id})
+
+    # ------------------------------------------------------------------
+    # state
+    # ------------------------------------------------------------------
+    def _transition(self, new: State) -> None:
+        allowed = {
+            State.OPEN: {State.CLOSING, State.CLOSED},
+            State.CLOSING: {State.CLOSED},
+            State.CLOSED: set(),
+        }
+        if new not in allowed[self.state]:
+            raise RuntimeError(f"illegal session transition {self.state} -> {new}")
+        self.state = new
+
+    def limits(self) -> protocol.Limits:
+        s = self.settings
+        return protocol.Limits(
+            max_message_bytes=s.max_message_bytes,
+            max_input_text_bytes=s.max_input_text_bytes,
+            max_utterance_chars=s.max_utterance_chars,
+            max_contexts=s.max_contexts,
+            max_buffered_ms=s.max_buffered_ms,
+            config_timeout_s=s.config_timeout_s,
+            idle_timeout_s=s.idle_timeout_s,
+            stall_timeout_s=s.stall_timeout_s,
+        )
+
+    def created_message(self) -> protocol.SessionCreated:
+        return protocol.SessionCreated(
+            session_id=self.id,
+            protocol_version=protocol.PROTOCOL_VERSION,
+            engine=self.engine.name,
+            voices=[
+                protocol.VoiceDescription(
+                    name=v.name,
+                    language=v.language,
+                    language_name=v.language_name,
+                    sample_rate=v.sample_rate,
+                    quality=v.quality,
+                    streaming=v.streaming,
+                )
+                for v in self.engine.voices()
+            ],
+            defaults=self.config,
+            limits=self.limits(),
+        )
+
+    def engine_voice_rate(self, voice: str) -> int:
+        return self._voice_rates[voice]
+
+    def busy(self) -> bool:
+        """Anything buffered, queued or unsent (the idle timer waits for it)."""
+        return any(self._context_live(c) for c in self.contexts.values())
+
+    def _context_live(self, ctx: Context) -> bool:
+        return bool(
+            ctx.utterance is not None
+            or ctx.segmenter.buffered.strip()
+            or self._stream_for(ctx).has_work_for(ctx)
+        )
+
+    # ------------------------------------------------------------------
+    # messages
+    # ------------------------------------------------------------------
+    async def handle(self, message: protocol.ClientMessage) -> bool:
+        """Handle one decoded message; returns False when the session ends."""
+        match message:
+            case protocol.SessionConfig():
+                await self._on_config(message)
+            case protocol.InputText(text=text, context_id=cid):
+                await self._on_text(cid, text)
+            case protocol.InputFlush(context_id=cid):
+                self._on_flush(cid, done=False)
+            case protocol.InputDone(context_id=cid):
+                await self._on_done(cid)
+            case protocol.Cancel(context_id=cid):
+                await self.cancel(cid)
+            case protocol.Playback(played_ms=played, context_id=cid):
+                self._on_playback(cid, played)
+            case protocol.Ping(id=ping_id):
+                await self.out.event(protocol.Pong(id=ping_id))
+            case protocol.SessionClose():
+                await self.close(CloseCode.NORMAL, "session.close")
+                return False
+        return True
+
+    async def report_error(self, error: GatewayError, context_id: str | None = None) -> bool:
+        """Send an ``error`` event; returns True if it was fatal."""
+        spec = error.code.spec
+        fatal = spec.fatal == "always" or (
+            spec.fatal == "first_config" and not self.config_accepted
+        )
+        self.log.info("error %s: %s", error.code, error.message)
+        await self.out.event(
+            protocol.Error(
+                code=error.code, message=error.message, fatal=fatal, context_id=context_id
+            )
+        )
+        if fatal:
+            await self.close(spec.close_code or CloseCode.POLICY, str(error.code))
+        return fatal
+
+    async def _on_config(self, message: protocol.SessionConfig) -> None:
+        new = apply_config(self.config, message, self.engine.voices(), self.engine.name)
+        live = [c for c in self.contexts.values() if c.utterance is not None]
+        if live and (new.framing != self.config.framing):
+            raise GatewayError(
+                ErrorCode.INVALID_STATE,
+                "`framing` cannot change while an utterance is in progress;"
+                " send it before the next utterance",
+                param="framing",
+            )
+        self.config = new
+        self.config_accepted = True
+        await self.out.event(protocol.SessionUpdated(config=new, limits=self.limits()))
+
+    def _context(self, cid: str | None, create: bool) -> Context | None:
+        ctx = self.contexts.get(cid)
+        if ctx is not None or not create:
+            return ctx
+        live = sum(1 for c in self.contexts.values() if self._context_live(c))
+        if live >= self.settings.max_contexts:
+            raise GatewayError(
+                ErrorCode.INVALID_STATE,
+                f"too many live contexts (limit {self.settings.max_contexts});"
+                " finish or cancel one first",
+            )
+        # an idle context's id may be reused; drop idle ones to bound memory
+        for key in [k for k, c in self.contexts.items() if not self._context_live(c)]:
+            del self.contexts[key]
+        self._context_numbers = (self._context_numbers + 1) % 65536
+        ctx = Context(
+            id=cid,
+            number=self._context_numbers,
+            segmenter=self._new_segmenter(),
+        )
+        self.contexts[cid] = ctx
+        return ctx
+
+    def _new_segmenter(self) -> Segmenter:
+        return Segmenter(
+            self.config.split_granularity,
+            eager_min_words=self.settings.eager_min_words,
+            max_chars=self.settings.max_segment_chars,
+        )
+
+    async def _on_text(self, cid: str | None, text: str) -> None:
+        if len(text.encode("utf-8", "surrogatepass")) > self.settings.max_input_text_bytes:
+            raise GatewayError(
+                ErrorCode.TEXT_TOO_LONG,
+                f"input.text is over {self.settings.max_input_text_bytes} bytes; send it in"
+                " smaller increments",
+            )
+        ctx = self._context(cid, create=True)
+        assert ctx is not None
+        utt = ctx.utterance
+        if utt is None:
+            if ctx.cancelling:
+                ctx.cancelling = False
+            utt = self._start_utterance(ctx)
+        if utt.accepted_chars + len(text) > self.settings.max_utterance_chars:
+            raise GatewayError(
+                ErrorCode.TEXT_TOO_LONG,
+                f"the utterance would exceed {self.settings.max_utterance_chars} characters;"
+                " end it with input.done and start another",
+            )
+        utt.accepted_chars += len(text)
+        self._enqueue(ctx, ctx.segmenter.push(text))
+        self._arm_eager(ctx)
+
+    def _start_utterance(self, ctx: Context) -> Utterance:
+        if ctx.segmenter.granularity != self.config.split_granularity:
+            ctx.segmenter = self._new_segmenter()
+        utt = Utterance(
+            index=self.utterances_started,
+            config=self.config,
+            first_text_at=time.monotonic(),
+        )
+        self.utterances_started += 1
+        ctx.utterance = utt
+        ctx.flow.configure(self.config.flow_control, self.config.max_lead_ms)
+        utt.flow_offset_ms = ctx.flow.sent_ms
+        self.metrics.utterances.inc()
+        self.metrics.streams_active.inc()
+        return utt
+
+    def _arm_eager(self, ctx: Context) -> None:
+        if ctx.eager_timer is not None:
+            ctx.eager_timer.cancel()
+            ctx.eager_timer = None
+        if (
+            self.config.split_granularity == "auto"
+            and ctx.utterance is not None
+            and not ctx.utterance.sentences
+            and ctx.segmenter.buffered.strip()
+        ):
+            loop = asyncio.get_running_loop()
+            ctx.eager_timer = loop.call_later(
+                self.settings.eager_wait_ms / 1000, self._eager_fire, ctx
+            )
+
+    def _eager_fire(self, ctx: Context) -> None:
+        ctx.eager_timer = None
+        if self.state is State.OPEN and ctx.utterance is not None:
+            self._enqueue(ctx, ctx.segmenter.eager())
+
+    def _enqueue(self, ctx: Context, texts: list[str]) -> None:
+        utt = ctx.utterance
+        if not texts or utt is None:
+            return
+        stream = self._stream_for(ctx)
+        for text in texts:
+            sentence = utt.add_sentence(text)
+            if utt.ready_at is None:
+                utt.ready_at = time.monotonic()
+            stream.enqueue(Segment(ctx, utt, sentence))
+
+    def _stream_for(self, ctx: Context) -> AudioStream:
+        utt = ctx.utterance
+        framing = utt.config.framing if utt is not None else self.config.framing
+        if framing == "raw":
+            return self.shared_stream
+        if ctx.stream is None:
+            ctx.stream = AudioStream(self, f"ctx{ctx.number}")
+        return ctx.stream
+
+    def _on_flush(self, cid: str | None, done: bool) -> Context | None:
+        ctx = self._context(cid, create=done)
+        if ctx is None or ctx.utterance is None:
+            return ctx
+        if ctx.eager_timer is not None:
+            ctx.eager_timer.cancel()
+            ctx.eager_timer = None
+        self._enqueue(ctx, ctx.segmenter.flush())
+        return ctx
+
+    async def _on_done(self, cid: str | None) -> None:
+        ctx = self._on_flush(cid, done=True)
+        assert ctx is not None
+        if ctx.utterance is None:
+            # vllm-omni answers an empty flush with session.done of 0 sentences
+            utt = self._start_utterance(ctx)
+            utt.done_received = True
+        else:
+            ctx.utterance.done_received = True
+        ctx.segmenter.end_utterance()
+        await self.after_segment(ctx)
+
+    def _on_playback(self, cid: str | None, played_ms: float) -> None:
+        ctx = self.contexts.get(cid)
+        if ctx is not None:
+            ctx.flow.on_played(played_ms, time.monotonic())
+
+    async def flow_wait(self, ctx: Context, frame_ms: float) -> bool:
+        """Hold a frame until the context's flow-control window admits it;
+        False if the context was cancelled meanwhile (drop the frame)."""
+        return await ctx.flow.admit(frame_ms, lambda: ctx.cancelling or self.out.gone)
+
+    # ------------------------------------------------------------------
+    # utterance completion, cancel, close
+    # ------------------------------------------------------------------
+    def first_audio(self, utt: Utterance) -> None:
+        utt.first_audio_at = time.monotonic()
+        if utt.ready_at is not None:
+            self.metrics.time_to_first_audio.observe(utt.first_audio_at - utt.ready_at)
+
+    def account_job(self, utt: Utterance, job: SynthesisJob) -> None:
+        stats = job.stats
+        utt.compute_ms += stats.acoustic_ms + stats.decode_ms
+        if utt.queue_ms is None:
+            utt.queue_ms = stats.queue_ms
+        self.metrics.sentences.inc()
+        if stats.acoustic_ms:
+            self.metrics.acoustic_seconds.observe(stats.acoustic_ms / 1000)
+        if stats.first_chunk_ms:
+            self.metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
+
+    async def after_segment(self, ctx: Context) -> None:
+        """Close the context's utterance if everything of it has been sent."""
+        utt = ctx.utterance
+        if (
+            utt is None
+            or not utt.done_received
+            or ctx.cancelling
+            or self._stream_for(ctx).has_work_for(ctx)
+            or ctx.segmenter.buffered.strip()
+        ):
+            return
+        ctx.utterance = None
+        self.metrics.streams_active.dec()
+        await self.out.event(
+            protocol.SessionDone(
+                context_id=ctx.id,
+                utterance_index=utt.index,
+                total_sentences=len(utt.sentences),
+                metrics=_metrics(utt),
+            )
+        )
+
+    async def cancel(self, cid: str | None) -> None:
+        targets = (
+            list(self.contexts.values())
+            if cid == "*"
+            else [c for c in [self.contexts.get(cid)] if c is not None]
+        )
+        for ctx in targets:
+            if ctx.utterance is None or ctx.cancelling:
+                continue
+            ctx.cancelling = True
+            ctx.flow.interrupt()
+            if ctx.eager_timer is not None:
+                ctx.eager_timer.cancel()
+                ctx.eager_timer = None
+            stream = self._stream_for(ctx)
+            stream.drop_context(ctx)
+            current = stream.current
+            if current is not None and current.context is ctx:
+                assert current.job is not None
+                current.job.cancel()  # the stream reports after its last frame
+            else:
+                await self.report_cancel(ctx, open_sentence=None, sent_bytes=0)
+
+    async def report_cancel(
+        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int
+    ) -> None:
+        """``audio.cancelled``, then ``audio.done`` (if a sentence was open)
+        and ``session.done``, all with ``cancelled: true``."""
+        utt = ctx.utterance
+        if utt is None:
+            ctx.cancelling = False
+            return
+        context_position, source = ctx.flow.position(time.monotonic())
+        position = min(utt.sent_ms, max(0.0, context_position - utt.flow_offset_ms))
+        spoken, unspoken = utt.heard_split(position, ctx.segmenter.buffered)
+        ctx.segmenter = self._new_segmenter()
+        ctx.utterance = None
+        self.metrics.cancels.inc()
+        self.metrics.streams_active.dec()
+        await self.out.event(
+            protocol.AudioCancelled(
+                context_id=ctx.id,
+                utterance_index=utt.index,
+                sent_ms=round(utt.sent_ms, 3),
+                played_ms=round(position, 3),
+                position_source=source,
+                spoken_text=spoken,
+                unspoken_text=unspoken,
+            )
+        )
+        if open_sentence is not None:
+            open_sentence.audio_ms = utt.sent_ms - open_sentence.start_ms
+            await self.out.event(
+                protocol.AudioDone(
+                    context_id=ctx.id,
+                    utterance_index=utt.index,
+                    sentence_index=open_sentence.index,
+                    total_bytes=sent_bytes,
+                    audio_ms=round(open_sentence.audio_ms, 3),
+                    cancelled=True,
+                )
+            )
+        await self.out.event(
+            protocol.SessionDone(
+                context_id=ctx.id,
+                utterance_index=utt.index,
+                total_sentences=len(utt.sentences),
+                cancelled=True,
+                metrics=_metrics(utt),
+            )
+        )
+        ctx.cancelling = False
+
+    def _streams(self) -> list[AudioStream]:
+        return [self.shared_stream] + [c.stream for c in self.contexts.values() if c.stream]
+
+    async def close(self, code: int, reason: str) -> None:
+        """Cancel everything (reporting what was not spoken), then close."""
+        if self.state is not State.OPEN:
+            return
+        self._transition(State.CLOSING)
+        try:
+            await self.cancel("*")
+            # wait briefly for streams to report the cancel of in-flight audio
+            for stream in self._streams():
+                if stream.current is not None:
+                    for _ in range(100):
+                        if stream.current is None:
+                            break
+                        await asyncio.sleep(0.01)
+        except ConnectionGone:
+            pass
+        await self.shutdown()
+        await self.out.close(code, reason)
+
+    def connection_lost(self) -> None:
+        """The socket is gone: stop all engine work now."""
+        for ctx in self.contexts.values():
+            ctx.cancelling = True
+            ctx.flow.interrupt()
+        for stream in self._streams():
+            for seg in stream.queue:
+                if seg.job is not None:
+                    seg.job.cancel()
+            if stream.current is not None and stream.current.job is not None:
+                stream.current.job.cancel()
+
+    async def shutdown(self) -> None:
+        """Stop every task and engine job of this session."""
+        self.connection_lost()
+        for ctx in self.contexts.values():
+            if ctx.eager_timer is not None:
+                ctx.eager_timer.cancel()
+            if ctx.utterance is not None:
+                ctx.utterance = None
+                self.metrics.streams_active.dec()
+        await asyncio.gather(*(s.stop() for s in self._streams()), return_exceptions=True)
+        if self.state is not State.CLOSED:
+            self._transition(State.CLOSED)
+
+
+def _metrics(utt: Utterance) -> protocol.UtteranceMetrics:
+    first_audio_ms = None
+    if utt.first_audio_at is not None and utt.ready_at is not None:
+        first_audio_ms = round((utt.first_audio_at - utt.ready_at) * 1000, 3)
+    return protocol.UtteranceMetrics(
+        queue_ms=round(utt.queue_ms or 0.0, 3),
+        first_audio_ms=first_audio_ms,
+        audio_ms=round(utt.sent_ms, 3),
+        compute_ms=round(utt.compute_ms, 3),
+        compute_rtf=round(utt.compute_ms / utt.sent_ms, 4) if utt.sent_ms else 0.0,
+        sentences=len(utt.sentences),
+    )

@@ -1,0 +1,197 @@
+"""Applying a ``session.config`` message: pure validation and merging.
+
+A config is applied as a whole or not at all: ``apply_config`` either returns
+a complete new ``EffectiveConfig`` or raises ``GatewayError`` and the session
+keeps the one it had.  Fields a message leaves out (or sets to null) keep
+their current value; the first config starts from the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from gateway.audio.framing import frame_start
+from gateway.engines.base import VoiceInfo
+from gateway.errors import ErrorCode, GatewayError
+from gateway.protocol import EffectiveConfig, SessionConfig
+
+#: model names that mean "the engine the server runs" (OpenAI's and ours)
+MODEL_ALIASES = frozenset({"tts-1", "tts-1-hd", "gpt-4o-mini-tts"})
+
+#: vllm-omni fields and the values the gateway accepts for them silently
+_VLLM_DEFAULTS: dict[str, Any] = {
+    "task_type": {"CustomVoice"},
+    "instructions": {""},
+    "ref_audio": {""},
+    "ref_text": {""},
+    "x_vector_only_mode": {False},
+    "non_streaming_mode": {False},
+    "word_timestamps": {False},
+}
+#: vllm-omni fields whose every value is harmless here
+_VLLM_ANY = ("max_new_tokens", "initial_codec_chunk_frames")
+
+
+def frame_samples(sample_rate: int, frame_ms: int) -> int:
+    """Nominal samples in the first frame (the grid's own rounding)."""
+    return frame_start(1, sample_rate, frame_ms)
+
+
+def default_config(voice: VoiceInfo, engine_name: str) -> EffectiveConfig:
+    return EffectiveConfig(
+        voice=voice.name,
+        language=voice.language,
+        speed=1.0,
+        response_format="wav",
+        stream_audio=False,
+        encoding="pcm_s16le",
+        sample_rate=voice.sample_rate,
+        frame_ms=20,
+        frame_samples=frame_samples(voice.sample_rate, 20),
+        split_granularity="auto",
+        flow_control="none",
+        max_lead_ms=1000,
+        timestamps=False,
+        framing="raw",
+        model=engine_name,
+    )
+
+
+def _find_voice(name: str, voices: Sequence[VoiceInfo]) -> VoiceInfo:
+    wanted = name.strip().casefold()
+    for voice in voices:
+        if voice.name.casefold() == wanted:
+            return voice
+    available = ", ".join(v.name for v in voices)
+    raise GatewayError(
+        ErrorCode.UNKNOWN_VOICE,
+        f"unknown voice {name!r}; available voices: {available}",
+        param="voice",
+    )
+
+
+def _language_matches(requested: str, voice: VoiceInfo) -> bool:
+    wanted = requested.strip().casefold().replace("_", "-")
+    names = (voice.language, voice.language_name, *voice.language_aliases)
+    return any(wanted == n.casefold().replace("_", "-") for n in names)
+
+
+def _check_vllm_fields(msg: SessionConfig) -> None:
+    for name, accepted in _VLLM_DEFAULTS.items():
+        value = getattr(msg, name)
+        if value is UNSET or value is None or value in accepted:
+            continue
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"`{name}` = {value!r} is not supported by this engine"
+            + (
+                "; use the gateway's `timestamps: true` for word timings"
+                if name == "word_timestamps"
+                else ""
+            ),
+            param=name,
+        )
+    if msg.speaker_embedding is not UNSET and msg.speaker_embedding is not None:
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            "`speaker_embedding` is not supported by this engine",
+            param="speaker_embedding",
+        )
+    for name in _VLLM_ANY:
+        value = getattr(msg, name)
+        if value is not UNSET and value is not None and value < 0:
+            raise GatewayError(ErrorCode.INVALID_CONFIG, f"`{name}` must be >= 0", param=name)
+
+
+def _given(value: Any) -> bool:
+    return value is not UNSET and value is not None
+
+
+def apply_config(
+    current: EffectiveConfig,
+    msg: SessionConfig,
+    voices: Sequence[VoiceInfo],
+    engine_name: str,
+) -> EffectiveConfig:
+    """Return the config in force after ``msg``, or raise ``GatewayError``."""
+    _check_vllm_fields(msg)
+    if _given(msg.voice) and _given(msg.speaker):
+        assert isinstance(msg.voice, str) and isinstance(msg.speaker, str)
+        if msg.voice.strip().casefold() != msg.speaker.strip().casefold():
+            raise GatewayError(
+                ErrorCode.INVALID_CONFIG,
+                f"`voice` ({msg.voice!r}) and its alias `speaker` ({msg.speaker!r}) differ;"
+                " send one of them",
+                param="voice",
+            )
+    changes: dict[str, Any] = {}
+    voice_name = msg.voice if _given(msg.voice) else msg.speaker
+    voice = _find_voice(current.voice, voices)
+    if _given(voice_name):
+        assert isinstance(voice_name, str)
+        voice = _find_voice(voice_name, voices)
+        if voice.name != current.voice:
+            changes["voice"] = voice.name
+            # a new voice brings its own language and, unless asked, its rate
+            changes["language"] = voice.language
+            if not _given(msg.sample_rate) and current.sample_rate == _native_rate(
+                current.voice, voices
+            ):
+                changes["sample_rate"] = voice.sample_rate
+    if _given(msg.language):
+        assert isinstance(msg.language, str)
+        auto = msg.language.strip().casefold() == "auto"
+        if not auto and not _language_matches(msg.language, voice):
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED_OPTION,
+                f"voice {voice.name!r} speaks {voice.language} ({voice.language_name}),"
+                f' not {msg.language!r}; use "Auto" or pick another voice',
+                param="language",
+            )
+        changes["language"] = voice.language
+    if _given(msg.model):
+        assert isinstance(msg.model, str)
+        if msg.model not in MODEL_ALIASES and msg.model != engine_name:
+            known = ", ".join(sorted(MODEL_ALIASES | {engine_name}))
+            raise GatewayError(
+                ErrorCode.INVALID_CONFIG,
+                f"unknown model {msg.model!r}; this server runs {engine_name!r} (also: {known})",
+                param="model",
+            )
+    for name in (
+        "speed",
+        "response_format",
+        "stream_audio",
+        "encoding",
+        "sample_rate",
+        "frame_ms",
+        "split_granularity",
+        "flow_control",
+        "max_lead_ms",
+        "timestamps",
+        "framing",
+    ):
+        value = getattr(msg, name)
+        if _given(value):
+            changes[name] = value
+    merged = msgspec.structs.replace(current, **changes)
+    if merged.flow_control != "none" and not merged.stream_audio:
+        raise GatewayError(
+            ErrorCode.INVALID_CONFIG,
+            f"flow_control {merged.flow_control!r} needs `stream_audio: true`",
+            param="flow_control",
+        )
+    return msgspec.structs.replace(
+        merged, frame_samples=frame_samples(merged.sample_rate, merged.frame_ms)
+    )
+
+
+def _native_rate(voice_name: str, voices: Sequence[VoiceInfo]) -> int:
+    for voice in voices:
+        if voice.name == voice_name:
+            return voice.sample_rate
+    return -1

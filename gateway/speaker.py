@@ -1,0 +1,296 @@
+"""The audio path of a session: segments in, protocol events and frames out.
+
+An ``AudioStream`` owns a FIFO of segments and one task that speaks them in
+order: it submits each segment to the engine (the next one is submitted
+while the current one decodes, so the engine's acoustic stage overlaps the
+vocoder and consecutive segments join without a gap), resamples and frames
+the chunks, and sends ``audio.start`` / ``alignment`` / binary / ``audio.done``
+and the closing ``session.done``.
+
+With ``raw`` framing a session has one stream shared by all contexts (their
+audio never interleaves; first-in first-out at sentence granularity).  With
+``tagged`` framing each context has its own stream and their frames
+interleave, ordered by the engine's earliest-deadline scheduling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gateway import protocol
+from gateway.audio.encoding import encode
+from gateway.audio.framing import FrameFlags, Framer, TaggedHeader, pack_header
+from gateway.audio.resample import StreamResampler
+from gateway.audio.wav import wav_bytes, wav_header
+from gateway.engines.base import (
+    AudioChunk,
+    SynthesisError,
+    SynthesisJob,
+    SynthesisRequest,
+    WordTimings,
+)
+from gateway.errors import ErrorCode
+from gateway.outbound import ConnectionGone
+from gateway.utterance import Sentence, Utterance
+
+if TYPE_CHECKING:
+    from gateway.session import Context, Session
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Segment:
+    context: Context
+    utterance: Utterance
+    sentence: Sentence
+    job: SynthesisJob | None = None
+
+
+class AudioStream:
+    def __init__(self, session: Session, name: str) -> None:
+        self.session = session
+        self.name = name
+        self.queue: deque[Segment] = deque()
+        self._wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.current: Segment | None = None
+
+    # -- called by the session (reader side) ------------------------------
+    def enqueue(self, segment: Segment) -> None:
+        self.queue.append(segment)
+        self._prefetch()
+        self._wake.set()
+        if self.task is None:
+            self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
+
+    def drop_context(self, context: Context) -> list[Segment]:
+        """Remove a context's queued segments (cancel); returns them."""
+        dropped = [s for s in self.queue if s.context is context]
+        if dropped:
+            self.queue = deque(s for s in self.queue if s.context is not context)
+            for segment in dropped:
+                if segment.job is not None:
+                    segment.job.cancel()
+        return dropped
+
+    def has_work_for(self, context: Context) -> bool:
+        return (self.current is not None and self.current.context is context) or any(
+            s.context is context for s in self.queue
+        )
+
+    def has_next_for(self, utterance: Utterance) -> bool:
+        return any(s.utterance is utterance for s in self.queue)
+
+    async def stop(self) -> None:
+        for segment in self.queue:
+            if segment.job is not None:
+                segment.job.cancel()
+        self.queue.clear()
+        if self.current is not None and self.current.job is not None:
+            self.current.job.cancel()
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            self.task = None
+
+    # -- the task ---------------------------------------------------------
+    def _submit(self, segment: Segment, first: bool) -> None:
+        utterance = segment.utterance
+        config = utterance.config
+        now = time.monotonic()
+        if utterance.first_audio_at is None:
+            deadline = now
+        else:
+            deadline = utterance.first_audio_at + utterance.sent_ms / 1000
+        segment.job = self.session.engine.submit(
+            SynthesisRequest(
+                text=segment.sentence.text,
+                voice=config.voice,
+                speed=config.speed,
+                alignment=True,
+                deadline=deadline,
+                first_in_utterance=first,
+                label=f"{self.session.id}/{segment.context.id or '-'}",
+            )
+        )
+
+    def _prefetch(self) -> None:
+        if self.queue and self.queue[0].job is None:
+            head = self.queue[0]
+            self._submit(head, first=head.sentence.index == 0)
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                while not self.queue:
+                    self._wake.clear()
+                    await self._wake.wait()
+                segment = self.queue.popleft()
+                if segment.job is None:
+                    self._submit(segment, first=segment.sentence.index == 0)
+                self._prefetch()
+                self.current = segment
+                try:
+                    await self._speak(segment)
+                finally:
+                    self.current = None
+                await self.session.after_segment(segment.context)
+        except ConnectionGone:
+            self.session.connection_lost()
+
+    async def _speak(self, segment: Segment) -> None:
+        ctx, utt, sentence = segment.context, segment.utterance, segment.sentence
+        config = utt.config
+        job = segment.job
+        assert job is not None
+        out = self.session.out
+        sentence.started = True
+        sentence.start_ms = utt.sent_ms
+        rate = config.sample_rate
+        voice_rate = self.session.engine_voice_rate(config.voice)
+        if ctx.resampler is None or ctx.resampler_utterance is not utt:
+            ctx.resampler = StreamResampler(voice_rate, rate)
+            ctx.resampler_utterance = utt
+        resampler = ctx.resampler
+        framer = Framer(rate, config.frame_ms)
+        tagged = config.framing == "tagged"
+        await out.event(
+            protocol.AudioStart(
+                context_id=ctx.id,
+                utterance_index=utt.index,
+                sentence_index=sentence.index,
+                sentence_text=sentence.text,
+                format=config.response_format,
+                encoding=config.encoding,
+                sample_rate=rate,
+                context_number=ctx.number,
+            )
+        )
+        total_bytes = 0
+        samples_sent = 0
+        first_frame = True
+        pending: list[np.ndarray] = []  # whole-sentence mode
+
+        async def send(payload: bytes, n_samples: int, flags: FrameFlags = FrameFlags.NONE) -> None:
+            nonlocal total_bytes, samples_sent, first_frame
+            is_audio = not flags & FrameFlags.WAV_HEADER
+            if is_audio and not await self.session.flow_wait(ctx, n_samples * 1000 / rate):
+                return  # cancelled while waiting: the frame is dropped, never sent
+            if tagged:
+                if first_frame:
+                    flags |= FrameFlags.FIRST
+                header = TaggedHeader(
+                    context=ctx.number,
+                    utterance_index=utt.index,
+                    sequence=ctx.sequence,
+                    sample_offset=round(utt.sent_ms * rate / 1000),
+                    flags=flags,
+                )
+                ctx.sequence += 1
+                payload_out = pack_header(header) + payload
+            else:
+                payload_out = payload
+            await out.audio(payload_out)
+            total_bytes += len(payload)
+            first_frame = False
+            if is_audio:
+                samples_sent += n_samples
+                utt.sent_ms += n_samples * 1000 / rate
+                if utt.first_audio_at is None and n_samples:
+                    self.session.first_audio(utt)
+
+        async def emit(samples: np.ndarray, last: bool = False) -> None:
+            if not config.stream_audio:
+                pending.append(samples)
+                return
+            frames = framer.push(samples)
+            if last:
+                tail = framer.flush()
+                if tail is not None and tail.size:
+                    frames.append(tail)
+            for i, frame in enumerate(frames):
+                flags = FrameFlags.LAST if last and i == len(frames) - 1 else FrameFlags.NONE
+                await send(encode(frame, config.encoding), frame.size, flags)
+
+        if config.stream_audio and config.response_format == "wav":
+            await send(wav_header(rate, config.encoding, None), 0, FrameFlags.WAV_HEADER)
+
+        failed: Exception | None = None
+        try:
+            async for event in job:
+                if ctx.cancelling:
+                    break
+                if isinstance(event, WordTimings):
+                    sentence.words = event.words
+                    if config.timestamps:
+                        await out.event(
+                            protocol.Alignment(
+                                context_id=ctx.id,
+                                utterance_index=utt.index,
+                                sentence_index=sentence.index,
+                                words=[
+                                    protocol.WordTimestamp(
+                                        word=w.word,
+                                        start_ms=round(sentence.start_ms + w.start_ms, 1),
+                                        end_ms=round(sentence.start_ms + w.end_ms, 1),
+                                    )
+                                    for w in event.words
+                                ],
+                            )
+                        )
+                elif isinstance(event, AudioChunk):
+                    await emit(resampler.process(event.samples))
+        except ConnectionGone:
+            job.cancel()
+            raise
+        except (SynthesisError, Exception) as exc:  # the sentence fails, the session goes on
+            log.warning("synthesis failed (%s): %r", self.session.id, exc)
+            job.cancel()
+            failed = exc
+        finally:
+            self.session.account_job(utt, job)
+
+        if ctx.cancelling:
+            resampler.flush()
+            await self.session.report_cancel(ctx, open_sentence=sentence, sent_bytes=total_bytes)
+            return
+        carry = self.has_next_for(utt) and failed is None
+        tail = np.zeros(0, np.float32) if carry else resampler.flush()
+        await emit(tail, last=True)
+        if not config.stream_audio and pending:
+            audio = np.concatenate(pending)
+            if config.response_format == "wav":
+                payload = wav_bytes(audio, rate, config.encoding)
+            else:
+                payload = encode(audio, config.encoding)
+            await send(payload, audio.size, FrameFlags.LAST)
+        sentence.audio_ms = samples_sent * 1000 / rate
+        sentence.finished = True
+        if failed is not None:
+            await out.event(
+                protocol.Error(
+                    code=ErrorCode.INTERNAL,
+                    message=f"synthesis of sentence {sentence.index} failed: {failed}",
+                    context_id=ctx.id,
+                    partial_audio=total_bytes > 0,
+                    action="sentence_skipped",
+                )
+            )
+        await out.event(
+            protocol.AudioDone(
+                context_id=ctx.id,
+                utterance_index=utt.index,
+                sentence_index=sentence.index,
+                total_bytes=total_bytes,
+                audio_ms=round(sentence.audio_ms, 3),
+                error=failed is not None,
+            )
+        )

@@ -1,0 +1,101 @@
+"""What one utterance has accepted, spoken and sent: pure bookkeeping.
+
+An utterance is the text of one context between its first ``input.text`` and
+its ``input.done`` (or cancel).  This module answers the question a barge-in
+needs: given the listener's position, which text was heard and which was
+not, so that every accepted character is accounted for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.engines.base import WordTiming
+from gateway.protocol import EffectiveConfig
+
+
+@dataclass
+class Sentence:
+    """A segment handed to the engine, with where its audio sits in the
+    utterance (ms from the utterance's first sample)."""
+
+    index: int
+    text: str
+    start_ms: float = 0.0
+    audio_ms: float = 0.0
+    words: tuple[WordTiming, ...] | None = None  #: segment-relative timings
+    started: bool = False  #: its ``audio.start`` was sent
+    finished: bool = False  #: its ``audio.done`` was sent
+
+
+@dataclass
+class Utterance:
+    index: int
+    config: EffectiveConfig
+    accepted_chars: int = 0
+    sentences: list[Sentence] = field(default_factory=list)
+    done_received: bool = False  #: ``input.done`` arrived
+    sent_ms: float = 0.0  #: audio sent so far
+    flow_offset_ms: float = 0.0  #: the context's sent position when this utterance began
+    # timings (time.monotonic) for session.done metrics
+    first_text_at: float = 0.0
+    ready_at: float | None = None  #: first segment became speakable
+    first_audio_at: float | None = None
+    compute_ms: float = 0.0
+    queue_ms: float | None = None
+
+    def add_sentence(self, text: str) -> Sentence:
+        sentence = Sentence(index=len(self.sentences), text=text)
+        self.sentences.append(sentence)
+        return sentence
+
+    def heard_split(self, position_ms: float, buffered: str) -> tuple[str, str]:
+        """Split the utterance's text into (spoken, unspoken) at a position.
+
+        With word timings a word counts as spoken if it started before the
+        position; without, a sentence counts only if all of it was before the
+        position.  Text still in the segmenter (``buffered``) is unspoken.
+        """
+        spoken: list[str] = []
+        unspoken: list[str] = []
+        for sentence in self.sentences:
+            if not sentence.started:
+                unspoken.append(sentence.text)
+                continue
+            if sentence.words:
+                heard, rest = _split_words(sentence, position_ms)
+                if heard:
+                    spoken.append(heard)
+                if rest:
+                    unspoken.append(rest)
+            elif sentence.finished and sentence.start_ms + sentence.audio_ms <= position_ms:
+                spoken.append(sentence.text)
+            else:
+                unspoken.append(sentence.text)
+        if buffered.strip():
+            unspoken.append(buffered.strip())
+        return " ".join(spoken), " ".join(unspoken)
+
+
+def _split_words(sentence: Sentence, position_ms: float) -> tuple[str, str]:
+    """Cut a sentence's text after the last word that started before the
+    position, keeping the original characters (punctuation included)."""
+    assert sentence.words is not None
+    text = sentence.text
+    cursor = 0
+    cut = 0
+    for word in sentence.words:
+        found = text.find(word.word, cursor)
+        if found < 0:
+            # the engine's word is not verbatim in the text: fall back to
+            # whitespace tokens of the same count
+            break
+        cursor = found + len(word.word)
+        if sentence.start_ms + word.start_ms < position_ms:
+            cut = cursor
+            # keep trailing punctuation glued to the word
+            while cut < len(text) and not text[cut].isspace():
+                cut += 1
+        else:
+            break
+    return text[:cut].strip(), text[cut:].strip()
