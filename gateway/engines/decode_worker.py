@@ -1,0 +1,91 @@
+"""A worker thread that runs model work items in priority order.
+
+What this module is for: the decode worker (one per torch device) orders
+vocoder chunks across every session: the first chunk of an utterance first,
+then the earliest playback deadline (``request.deadline`` plus the chunk's
+offset in the segment).  The engine's acoustic worker is the same thread type
+ordering whole segments by the same rule.  Results go back to asyncio through
+``loop.call_soon_threadsafe``, which the items do themselves.
+
+Batch size 1 costs no latency: an item runs as soon as the thread is free, it
+never waits to fill a batch.  (Batching measured no gain on the 2-core CPU;
+``StreamingHifiGan.decode_batch`` is there for a GPU.)
+
+What it must not do: run anything on the event loop, or hold a queue that can
+grow without bound: each job keeps at most one item queued here at a time, so
+the queue is bounded by the number of live jobs.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import logging
+import queue
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class WorkItem(abc.ABC):
+    """One unit of work; ``priority`` is compared, lowest first."""
+
+    @abc.abstractmethod
+    def priority(self) -> tuple[int, float]:
+        """(0 for an utterance's first chunk else 1, playback deadline in s)."""
+
+    @abc.abstractmethod
+    def run(self) -> None:
+        """Do the work and deliver the result; must not raise."""
+
+
+class DecodeWorker:
+    """A daemon thread serving ``WorkItem``s from a priority queue."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: queue.PriorityQueue[tuple[tuple[int, float], int, WorkItem | None]] = (
+            queue.PriorityQueue()
+        )
+        self._order = itertools.count()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._started = False
+        self._closed = False
+        self.busy = False
+
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+
+    def put(self, item: WorkItem) -> None:
+        if self._closed:
+            raise RuntimeError(f"worker {self.name} is closed")
+        self._queue.put((item.priority(), next(self._order), item))
+
+    def depth(self) -> int:
+        """Items waiting (not counting the one running)."""
+        return self._queue.qsize()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop after the item in flight; items still queued are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        # sorts before every real item, so nothing queued runs after close
+        self._queue.put(((-1, float("-inf")), -1, None))
+        if self._started:
+            self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        while True:
+            _, _, item = self._queue.get()
+            if item is None:
+                return
+            self.busy = True
+            try:
+                item.run()
+            except Exception:  # an item must not kill the worker serving everyone
+                log.exception("work item failed in %s", self.name)
+            finally:
+                self.busy = False

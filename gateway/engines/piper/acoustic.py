@@ -1,0 +1,181 @@
+"""The acoustic half of a Piper voice in onnxruntime: phoneme ids to latent.
+
+What this module is for: run sub-model (a) (text encoder + duration predictor,
+with the noise and length scales) and sub-model (b) (the flow) on windows of
+the latent, the first window first, so the decoder can start before the flow
+has finished.  Also the whole-segment ONNX decode for voices whose decoder the
+torch port cannot reproduce.
+
+What it must not do: touch torch, or block the event loop (it runs in the
+engine's acoustic worker thread).  A cancelled segment's run is stopped with
+``RunOptions.terminate`` rather than awaited.
+
+Flow windowing: the flow is four coupling layers, each a WaveNet of four
+convolutions with kernel 5 and dilation 1, so its receptive field is +-32
+latent frames.  A window ``[start, end)`` is computed from
+``[start - 32, end + 32]`` cropped at the utterance edges, which gives the
+whole-utterance flow's values to float precision.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from gateway.engines.piper.graph import VoiceParts
+
+log = logging.getLogger(__name__)
+
+#: latent frames of flow context on each side (its receptive field)
+FLOW_CONTEXT_FRAMES = 32
+
+
+def onnx_providers(choice: str) -> list[str]:
+    """``auto``: CUDA when the onnxruntime-gpu package offers it, else CPU."""
+    available = ort.get_available_providers()
+    if choice in ("auto", "cuda") and "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if choice == "cuda":
+        log.warning("onnx_provider=cuda but onnxruntime has no CUDA provider; using CPU")
+    return ["CPUExecutionProvider"]
+
+
+def default_threads() -> int:
+    """Half the cores: the acoustic and vocoder pools share the machine."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+def make_session(path: Path, providers: list[str], threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # spinning threads fight the torch pool on a small machine: measured 2x latency
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=providers)
+
+
+@dataclass
+class Encoded:
+    """Output of the encoder sub-model for one segment."""
+
+    z_p: np.ndarray  #: [C, frames], flow input
+    durations: np.ndarray  #: frames per phoneme id, int64 [ids]
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def frames(self) -> int:
+        return int(self.z_p.shape[1])
+
+
+@dataclass(frozen=True)
+class FlowWindow:
+    start: int
+    end: int
+
+
+def plan_flow_windows(frames: int, first: int) -> list[FlowWindow]:
+    """The first window covers what the first decode chunk needs; one more
+    window covers the rest (each extra window costs 2 x context of compute)."""
+    first = max(1, min(frames, first))
+    windows = [FlowWindow(0, first)]
+    if first < frames:
+        windows.append(FlowWindow(first, frames))
+    return windows
+
+
+class AcousticModel:
+    """Encoder and flow sessions of one voice (shared by all its segments)."""
+
+    def __init__(self, parts: VoiceParts, providers: list[str], threads: int) -> None:
+        self.parts = parts
+        self.points = parts.points
+        self._providers = providers
+        self._threads = threads
+        self.encoder = make_session(parts.encoder, providers, threads)
+        self.flow = make_session(parts.flow, providers, threads)
+        self._decoder: ort.InferenceSession | None = None
+        self._input_names = {i.name for i in self.encoder.get_inputs()}
+
+    @property
+    def decoder(self) -> ort.InferenceSession:
+        """The ONNX decoder sub-model (fallback decode, calibration, tests)."""
+        if self._decoder is None:
+            self._decoder = make_session(self.parts.decoder, self._providers, self._threads)
+        return self._decoder
+
+    def encode(
+        self,
+        phoneme_ids: Sequence[int],
+        scales: tuple[float, float, float],
+        speaker_id: int | None = None,
+        run_options: ort.RunOptions | None = None,
+    ) -> Encoded:
+        """``scales``: (noise_scale, length_scale, noise_w_scale)."""
+        feeds: dict[str, np.ndarray] = {
+            "input": np.array([phoneme_ids], dtype=np.int64),
+            "input_lengths": np.array([len(phoneme_ids)], dtype=np.int64),
+            "scales": np.array(scales, dtype=np.float32),
+        }
+        if "sid" in self._input_names:
+            feeds["sid"] = np.array([speaker_id or 0], dtype=np.int64)
+        names = [o.name for o in self.encoder.get_outputs()]
+        outputs = dict(zip(names, self.encoder.run(names, feeds, run_options), strict=True))
+        z_p = outputs.pop(self.points.flow_input)[0]
+        outputs.pop(self.points.mask)
+        durations = outputs.pop(self.points.durations).reshape(-1).astype(np.int64)
+        return Encoded(z_p=z_p, durations=durations, extras=outputs)
+
+    def flow_window(
+        self,
+        encoded: Encoded,
+        window: FlowWindow,
+        context: int = FLOW_CONTEXT_FRAMES,
+        run_options: ort.RunOptions | None = None,
+    ) -> np.ndarray:
+        """Latent frames ``[window.start, window.end)`` as [C, frames]."""
+        lo = max(0, window.start - context)
+        hi = min(encoded.frames, window.end + context)
+        z = encoded.z_p[None, :, lo:hi]
+        feeds = {
+            self.points.flow_input: np.ascontiguousarray(z),
+            self.points.mask: np.ones((1, 1, hi - lo), dtype=np.float32),
+        }
+        for name in self.points.flow_extra:
+            feeds[name] = encoded.extras[name]
+        latent = self.flow.run(None, feeds, run_options)[0][0]
+        return np.asarray(latent[:, window.start - lo : window.end - lo], dtype=np.float32)
+
+    def flow_windows(
+        self,
+        encoded: Encoded,
+        first: int,
+        run_options: ort.RunOptions | None = None,
+    ) -> Iterator[tuple[FlowWindow, np.ndarray]]:
+        for window in plan_flow_windows(encoded.frames, first):
+            yield window, self.flow_window(encoded, window, run_options=run_options)
+
+    def flow_whole(self, encoded: Encoded) -> np.ndarray:
+        return self.flow_window(encoded, FlowWindow(0, encoded.frames), context=0)
+
+    def decode_onnx(
+        self,
+        latent: np.ndarray,
+        extras: dict[str, np.ndarray] | None = None,
+        run_options: ort.RunOptions | None = None,
+    ) -> np.ndarray:
+        """Whole-segment decode with the ONNX decoder sub-model -> float32 samples."""
+        feeds = {self.points.latent: np.ascontiguousarray(latent[None], dtype=np.float32)}
+        for name in self.points.decoder_extra:
+            feeds[name] = (extras or {})[name]
+        audio = np.asarray(self.decoder.run(None, feeds, run_options)[0])
+        # [1, 1, samples] normally; keep the first channel of anything wider
+        first: np.ndarray = audio.reshape(-1, audio.shape[-1])[0].astype(np.float32)
+        return first

