@@ -223,8 +223,10 @@ class AudioCancelled(_Message, tag="audio.cancelled", kw_only=True):
 
 
 class UtteranceMetrics(msgspec.Struct, kw_only=True):
-    queue_ms: float  #: first text accepted until the engine started on it
-    first_audio_ms: float | None  #: flush (or eager start) until the first byte was sent
+    queue_ms: float  #: first segment submitted to the engine until its acoustic work began
+    #: the first segment became speakable (boundary, eager, flush) until the
+    #: first audio byte was sent
+    first_audio_ms: float | None
     audio_ms: float  #: audio duration sent
     compute_ms: float  #: engine time (acoustic + decode)
     compute_rtf: float  #: compute_ms / audio_ms

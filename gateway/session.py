@@ -51,8 +51,12 @@ class Context:
     id: str | None
     number: int
     segmenter: Segmenter
+    #: the utterance accepting text (until its ``input.done``)
     utterance: Utterance | None = None
-    cancelling: bool = False
+    #: utterances whose ``input.done`` arrived and whose audio is still going out
+    pending: list[Utterance] = field(default_factory=list)
+    #: cancelled utterances whose report waits for the stream's last frame
+    awaiting_report: list[Utterance] = field(default_factory=list)
     sequence: int = 0  #: tagged-frame sequence number
     stream: AudioStream | None = None  #: own stream under tagged framing
     eager_timer: asyncio.TimerHandle | None = None
@@ -140,6 +144,7 @@ class Session:
     def _context_live(self, ctx: Context) -> bool:
         return bool(
             ctx.utterance is not None
+            or ctx.pending
             or ctx.segmenter.buffered.strip()
             or self._stream_for(ctx).has_work_for(ctx)
         )
@@ -187,8 +192,7 @@ class Session:
 
     async def _on_config(self, message: protocol.SessionConfig) -> None:
         new = apply_config(self.config, message, self.engine.voices(), self.engine.name)
-        live = [c for c in self.contexts.values() if c.utterance is not None]
-        if live and (new.framing != self.config.framing):
+        if self.busy() and (new.framing != self.config.framing):
             raise GatewayError(
                 ErrorCode.INVALID_STATE,
                 "`framing` cannot change while an utterance is in progress;"
@@ -210,9 +214,11 @@ class Session:
                 f"too many live contexts (limit {self.settings.max_contexts});"
                 " finish or cancel one first",
             )
-        # an idle context's id may be reused; drop idle ones to bound memory
-        for key in [k for k, c in self.contexts.items() if not self._context_live(c)]:
-            del self.contexts[key]
+        # an idle context keeps its positions while its id may be reused;
+        # forget the idle ones only when many ids have been seen
+        if len(self.contexts) >= 4 * self.settings.max_contexts:
+            for key in [k for k, c in self.contexts.items() if not self._context_live(c)]:
+                del self.contexts[key]
         self._context_numbers = (self._context_numbers + 1) % 65536
         ctx = Context(
             id=cid,
@@ -240,8 +246,6 @@ class Session:
         assert ctx is not None
         utt = ctx.utterance
         if utt is None:
-            if ctx.cancelling:
-                ctx.cancelling = False
             utt = self._start_utterance(ctx)
         if utt.accepted_chars + len(text) > self.settings.max_utterance_chars:
             raise GatewayError(
@@ -322,12 +326,12 @@ class Session:
     async def _on_done(self, cid: str | None) -> None:
         ctx = self._on_flush(cid, done=True)
         assert ctx is not None
-        if ctx.utterance is None:
-            # vllm-omni answers an empty flush with session.done of 0 sentences
-            utt = self._start_utterance(ctx)
-            utt.done_received = True
-        else:
-            ctx.utterance.done_received = True
+        # an empty input.done still ends an utterance: vllm-omni answers it
+        # with a session.done of 0 sentences
+        utt = ctx.utterance or self._start_utterance(ctx)
+        utt.done_received = True
+        ctx.utterance = None
+        ctx.pending.append(utt)
         ctx.segmenter.end_utterance()
         await self.after_segment(ctx)
 
@@ -336,10 +340,10 @@ class Session:
         if ctx is not None:
             ctx.flow.on_played(played_ms, time.monotonic())
 
-    async def flow_wait(self, ctx: Context, frame_ms: float) -> bool:
+    async def flow_wait(self, ctx: Context, utt: Utterance, frame_ms: float) -> bool:
         """Hold a frame until the context's flow-control window admits it;
-        False if the context was cancelled meanwhile (drop the frame)."""
-        return await ctx.flow.admit(frame_ms, lambda: ctx.cancelling or self.out.gone)
+        False if the utterance was cancelled meanwhile (drop the frame)."""
+        return await ctx.flow.admit(frame_ms, lambda: utt.cancelled or self.out.gone)
 
     # ------------------------------------------------------------------
     # utterance completion, cancel, close
@@ -361,37 +365,43 @@ class Session:
             self.metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
 
     async def after_segment(self, ctx: Context) -> None:
-        """Close the context's utterance if everything of it has been sent."""
-        utt = ctx.utterance
-        if (
-            utt is None
-            or not utt.done_received
-            or ctx.cancelling
-            or self._stream_for(ctx).has_work_for(ctx)
-            or ctx.segmenter.buffered.strip()
-        ):
-            return
-        ctx.utterance = None
-        self.metrics.streams_active.dec()
-        await self.out.event(
-            protocol.SessionDone(
-                context_id=ctx.id,
-                utterance_index=utt.index,
-                total_sentences=len(utt.sentences),
-                metrics=_metrics(utt),
+        """Send ``session.done`` for each finished utterance, in order."""
+        stream = self._stream_for(ctx)
+        while ctx.pending:
+            utt = ctx.pending[0]
+            if stream.has_work_for_utterance(utt):
+                return
+            ctx.pending.pop(0)
+            self.metrics.streams_active.dec()
+            await self.out.event(
+                protocol.SessionDone(
+                    context_id=ctx.id,
+                    utterance_index=utt.index,
+                    total_sentences=len(utt.sentences),
+                    metrics=_metrics(utt),
+                )
             )
-        )
 
     async def cancel(self, cid: str | None) -> None:
+        """Stop a context's current and queued audio and discard its text.
+
+        The report goes out at once when none of the context's audio is in
+        flight; otherwise the stream sends it right after its last frame."""
         targets = (
             list(self.contexts.values())
             if cid == "*"
             else [c for c in [self.contexts.get(cid)] if c is not None]
         )
         for ctx in targets:
-            if ctx.utterance is None or ctx.cancelling:
+            utterances = [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]
+            if not utterances:
                 continue
-            ctx.cancelling = True
+            buffered = ctx.segmenter.discard().strip()
+            for utt in utterances:
+                utt.cancelled = True
+            utterances[-1].unsent_text = buffered
+            ctx.pending = []
+            ctx.utterance = None
             ctx.flow.interrupt()
             if ctx.eager_timer is not None:
                 ctx.eager_timer.cancel()
@@ -399,61 +409,69 @@ class Session:
             stream = self._stream_for(ctx)
             stream.drop_context(ctx)
             current = stream.current
-            if current is not None and current.context is ctx:
+            if current is not None and current.utterance in utterances:
                 assert current.job is not None
-                current.job.cancel()  # the stream reports after its last frame
+                ctx.awaiting_report.extend(utterances)
+                current.job.cancel()
             else:
-                await self.report_cancel(ctx, open_sentence=None, sent_bytes=0)
+                await self.report_cancel(ctx, utterances, None, 0)
 
-    async def report_cancel(
+    async def send_cancel_reports(
         self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int
     ) -> None:
-        """``audio.cancelled``, then ``audio.done`` (if a sentence was open)
-        and ``session.done``, all with ``cancelled: true``."""
-        utt = ctx.utterance
-        if utt is None:
-            ctx.cancelling = False
-            return
+        """Called by the stream after the last frame of cancelled audio."""
+        reports, ctx.awaiting_report = ctx.awaiting_report, []
+        if reports and not self.out.gone:
+            await self.report_cancel(ctx, reports, open_sentence, sent_bytes)
+
+    async def report_cancel(
+        self,
+        ctx: Context,
+        utterances: list[Utterance],
+        open_sentence: Sentence | None,
+        sent_bytes: int,
+    ) -> None:
+        """For each cancelled utterance, in order: ``audio.cancelled``, then
+        ``audio.done`` (if its sentence was open) and ``session.done``, all
+        with ``cancelled: true``."""
         context_position, source = ctx.flow.position(time.monotonic())
-        position = min(utt.sent_ms, max(0.0, context_position - utt.flow_offset_ms))
-        spoken, unspoken = utt.heard_split(position, ctx.segmenter.buffered)
-        ctx.segmenter = self._new_segmenter()
-        ctx.utterance = None
-        self.metrics.cancels.inc()
-        self.metrics.streams_active.dec()
-        await self.out.event(
-            protocol.AudioCancelled(
-                context_id=ctx.id,
-                utterance_index=utt.index,
-                sent_ms=round(utt.sent_ms, 3),
-                played_ms=round(position, 3),
-                position_source=source,
-                spoken_text=spoken,
-                unspoken_text=unspoken,
-            )
-        )
-        if open_sentence is not None:
-            open_sentence.audio_ms = utt.sent_ms - open_sentence.start_ms
+        for utt in utterances:
+            self.metrics.cancels.inc()
+            self.metrics.streams_active.dec()
+            position = min(utt.sent_ms, max(0.0, context_position - utt.flow_offset_ms))
+            spoken, unspoken = utt.heard_split(position, utt.unsent_text)
             await self.out.event(
-                protocol.AudioDone(
+                protocol.AudioCancelled(
                     context_id=ctx.id,
                     utterance_index=utt.index,
-                    sentence_index=open_sentence.index,
-                    total_bytes=sent_bytes,
-                    audio_ms=round(open_sentence.audio_ms, 3),
-                    cancelled=True,
+                    sent_ms=round(utt.sent_ms, 3),
+                    played_ms=round(position, 3),
+                    position_source=source,
+                    spoken_text=spoken,
+                    unspoken_text=unspoken,
                 )
             )
-        await self.out.event(
-            protocol.SessionDone(
-                context_id=ctx.id,
-                utterance_index=utt.index,
-                total_sentences=len(utt.sentences),
-                cancelled=True,
-                metrics=_metrics(utt),
+            if open_sentence is not None and open_sentence in utt.sentences:
+                open_sentence.audio_ms = utt.sent_ms - open_sentence.start_ms
+                await self.out.event(
+                    protocol.AudioDone(
+                        context_id=ctx.id,
+                        utterance_index=utt.index,
+                        sentence_index=open_sentence.index,
+                        total_bytes=sent_bytes,
+                        audio_ms=round(open_sentence.audio_ms, 3),
+                        cancelled=True,
+                    )
+                )
+            await self.out.event(
+                protocol.SessionDone(
+                    context_id=ctx.id,
+                    utterance_index=utt.index,
+                    total_sentences=len(utt.sentences),
+                    cancelled=True,
+                    metrics=_metrics(utt),
+                )
             )
-        )
-        ctx.cancelling = False
 
     def _streams(self) -> list[AudioStream]:
         return [self.shared_stream] + [c.stream for c in self.contexts.values() if c.stream]
@@ -480,7 +498,8 @@ class Session:
     def connection_lost(self) -> None:
         """The socket is gone: stop all engine work now."""
         for ctx in self.contexts.values():
-            ctx.cancelling = True
+            for utt in [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]:
+                utt.cancelled = True
             ctx.flow.interrupt()
         for stream in self._streams():
             for seg in stream.queue:
@@ -495,9 +514,10 @@ class Session:
         for ctx in self.contexts.values():
             if ctx.eager_timer is not None:
                 ctx.eager_timer.cancel()
-            if ctx.utterance is not None:
-                ctx.utterance = None
-                self.metrics.streams_active.dec()
+            live = len(ctx.pending) + (ctx.utterance is not None)
+            self.metrics.streams_active.dec(live)
+            ctx.utterance = None
+            ctx.pending = []
         await asyncio.gather(*(s.stop() for s in self._streams()), return_exceptions=True)
         if self.state is not State.CLOSED:
             self._transition(State.CLOSED)

@@ -148,7 +148,7 @@ def apply_config(
         if not auto and not _language_matches(msg.language, voice):
             raise GatewayError(
                 ErrorCode.UNSUPPORTED_OPTION,
-                f"voice {voice.name!r} speaks {voice.language} ({voice.language_name}),"
+                f"language: voice {voice.name!r} speaks {voice.language} ({voice.language_name}),"
                 f' not {msg.language!r}; use "Auto" or pick another voice',
                 param="language",
             )

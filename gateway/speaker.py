@@ -89,6 +89,11 @@ class AudioStream:
     def has_next_for(self, utterance: Utterance) -> bool:
         return any(s.utterance is utterance for s in self.queue)
 
+    def has_work_for_utterance(self, utterance: Utterance) -> bool:
+        return (
+            self.current is not None and self.current.utterance is utterance
+        ) or self.has_next_for(utterance)
+
     async def stop(self) -> None:
         for segment in self.queue:
             if segment.job is not None:
@@ -142,6 +147,8 @@ class AudioStream:
                     await self._speak(segment)
                 finally:
                     self.current = None
+                # a cancel that arrived while audio.done was going out
+                await self.session.send_cancel_reports(segment.context, None, 0)
                 await self.session.after_segment(segment.context)
         except ConnectionGone:
             self.session.connection_lost()
@@ -182,7 +189,7 @@ class AudioStream:
         async def send(payload: bytes, n_samples: int, flags: FrameFlags = FrameFlags.NONE) -> None:
             nonlocal total_bytes, samples_sent, first_frame
             is_audio = not flags & FrameFlags.WAV_HEADER
-            if is_audio and not await self.session.flow_wait(ctx, n_samples * 1000 / rate):
+            if is_audio and not await self.session.flow_wait(ctx, utt, n_samples * 1000 / rate):
                 return  # cancelled while waiting: the frame is dropped, never sent
             if tagged:
                 if first_frame:
@@ -216,6 +223,10 @@ class AudioStream:
                 tail = framer.flush()
                 if tail is not None and tail.size:
                     frames.append(tail)
+            if last and not frames and tagged and not first_frame:
+                # the audio ended on a frame boundary: an empty frame carries
+                # the last-frame flag
+                frames = [np.zeros(0, np.float32)]
             for i, frame in enumerate(frames):
                 flags = FrameFlags.LAST if last and i == len(frames) - 1 else FrameFlags.NONE
                 await send(encode(frame, config.encoding), frame.size, flags)
@@ -226,7 +237,7 @@ class AudioStream:
         failed: Exception | None = None
         try:
             async for event in job:
-                if ctx.cancelling:
+                if utt.cancelled:
                     break
                 if isinstance(event, WordTimings):
                     sentence.words = event.words
@@ -258,20 +269,23 @@ class AudioStream:
         finally:
             self.session.account_job(utt, job)
 
-        if ctx.cancelling:
-            resampler.flush()
-            await self.session.report_cancel(ctx, open_sentence=sentence, sent_bytes=total_bytes)
-            return
-        carry = self.has_next_for(utt) and failed is None
-        tail = np.zeros(0, np.float32) if carry else resampler.flush()
-        await emit(tail, last=True)
-        if not config.stream_audio and pending:
+        if not utt.cancelled:
+            carry = self.has_next_for(utt) and failed is None
+            tail = np.zeros(0, np.float32) if carry else resampler.flush()
+            await emit(tail, last=True)
+        if not config.stream_audio and pending and not utt.cancelled:
             audio = np.concatenate(pending)
             if config.response_format == "wav":
                 payload = wav_bytes(audio, rate, config.encoding)
             else:
                 payload = encode(audio, config.encoding)
             await send(payload, audio.size, FrameFlags.LAST)
+        if utt.cancelled:
+            # frames after the cancel were dropped by flow_wait: the report
+            # follows the last frame that actually went out
+            resampler.flush()
+            await self.session.send_cancel_reports(ctx, sentence, total_bytes)
+            return
         sentence.audio_ms = samples_sent * 1000 / rate
         sentence.finished = True
         if failed is not None:

@@ -35,6 +35,8 @@ class Utterance:
     accepted_chars: int = 0
     sentences: list[Sentence] = field(default_factory=list)
     done_received: bool = False  #: ``input.done`` arrived
+    cancelled: bool = False
+    unsent_text: str = ""  #: text discarded from the segmenter by a cancel
     sent_ms: float = 0.0  #: audio sent so far
     flow_offset_ms: float = 0.0  #: the context's sent position when this utterance began
     # timings (time.monotonic) for session.done metrics

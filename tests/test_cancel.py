@@ -28,7 +28,9 @@ async def _wait_gauge(engine: Engine, baseline: int, limit_s: float = 10.0) -> i
 async def test_cancel_while_frames_flow(piper_server: RunningServer) -> None:
     async with await open_ws(piper_server.ws_url) as ws:
         await ws.recv()
-        await send(ws, type="session.config", split_granularity="sentence", timestamps=True, **STREAM)
+        await send(
+            ws, type="session.config", split_granularity="sentence", timestamps=True, **STREAM
+        )
         await send(ws, type="input.text", text=PARAGRAPH)
         await send(ws, type="input.done")
         t = Transcript()

@@ -112,10 +112,7 @@ async def _read_loop(websocket: WebSocket, session: Session) -> None:
 def _echo_subprotocol(websocket: WebSocket) -> str | None:
     """Browsers that send their key as a subprotocol need one echoed back."""
     offered = websocket.scope.get("subprotocols") or []
-    for name in offered:
-        if name == "tts.v1" or name.startswith("tts."):
-            return str(name)
-    return None
+    return "tts.v1" if "tts.v1" in offered else None
 
 
 async def _refuse(out: Outbound, error: GatewayError, code: int | None = None) -> None:
