@@ -33,6 +33,7 @@ from gateway.utterance import Sentence, Utterance
 
 if TYPE_CHECKING:
     from gateway.metrics import Metrics
+    from gateway.server_state import StreamAdmission
     from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,9 @@ class Session:
         engine: Engine,
         settings: Settings,
         metrics: Metrics,
+        admission: StreamAdmission,
     ) -> None:
+        self.admission = admission
         self.id = uuid.uuid4().hex[:12]
         self.out = out
         self.engine = engine
@@ -258,6 +261,12 @@ class Session:
         self._arm_eager(ctx)
 
     def _start_utterance(self, ctx: Context) -> Utterance:
+        if not self.admission.try_acquire():
+            raise GatewayError(
+                ErrorCode.BUSY,
+                f"the server is streaming its limit of {self.admission.limit} utterances;"
+                " this text was not accepted, retry shortly",
+            )
         if ctx.segmenter.granularity != self.config.split_granularity:
             ctx.segmenter = self._new_segmenter()
         utt = Utterance(
@@ -270,7 +279,6 @@ class Session:
         ctx.flow.configure(self.config.flow_control, self.config.max_lead_ms)
         utt.flow_offset_ms = ctx.flow.sent_ms
         self.metrics.utterances.inc()
-        self.metrics.streams_active.inc()
         return utt
 
     def _arm_eager(self, ctx: Context) -> None:
@@ -372,7 +380,7 @@ class Session:
             if stream.has_work_for_utterance(utt):
                 return
             ctx.pending.pop(0)
-            self.metrics.streams_active.dec()
+            self.admission.release()
             await self.out.event(
                 protocol.SessionDone(
                     context_id=ctx.id,
@@ -421,8 +429,12 @@ class Session:
     ) -> None:
         """Called by the stream after the last frame of cancelled audio."""
         reports, ctx.awaiting_report = ctx.awaiting_report, []
-        if reports and not self.out.gone:
-            await self.report_cancel(ctx, reports, open_sentence, sent_bytes)
+        if not reports:
+            return
+        if self.out.gone:  # nobody to tell; the streams are released here
+            self.admission.release(len(reports))
+            return
+        await self.report_cancel(ctx, reports, open_sentence, sent_bytes)
 
     async def report_cancel(
         self,
@@ -437,7 +449,7 @@ class Session:
         context_position, source = ctx.flow.position(time.monotonic())
         for utt in utterances:
             self.metrics.cancels.inc()
-            self.metrics.streams_active.dec()
+            self.admission.release()
             position = min(utt.sent_ms, max(0.0, context_position - utt.flow_offset_ms))
             spoken, unspoken = utt.heard_split(position, utt.unsent_text)
             await self.out.event(
@@ -514,10 +526,11 @@ class Session:
         for ctx in self.contexts.values():
             if ctx.eager_timer is not None:
                 ctx.eager_timer.cancel()
-            live = len(ctx.pending) + (ctx.utterance is not None)
-            self.metrics.streams_active.dec(live)
+            live = len(ctx.pending) + (ctx.utterance is not None) + len(ctx.awaiting_report)
+            self.admission.release(live)
             ctx.utterance = None
             ctx.pending = []
+            ctx.awaiting_report = []
         await asyncio.gather(*(s.stop() for s in self._streams()), return_exceptions=True)
         if self.state is not State.CLOSED:
             self._transition(State.CLOSED)

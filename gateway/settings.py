@@ -76,6 +76,10 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_contexts: int = 8
     max_sessions: int = 64
     max_sessions_per_client: int = 16
+    #: client messages per second per session; beyond it they are dropped
+    max_messages_per_second: int = 100
+    #: new connections per minute per client address
+    max_connections_per_minute: int = 120
     #: utterances streaming at once across the server; beyond it ``busy``
     max_active_streams: int = 16
     #: decoded but unsent audio per session before decode pauses
@@ -103,6 +107,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.max_sessions >= 1, "max_sessions must be >= 1"),
             (self.max_sessions_per_client >= 1, "max_sessions_per_client must be >= 1"),
             (self.max_active_streams >= 1, "max_active_streams must be >= 1"),
+            (self.max_messages_per_second >= 1, "max_messages_per_second must be >= 1"),
+            (self.max_connections_per_minute >= 1, "max_connections_per_minute must be >= 1"),
             (self.max_buffered_ms >= 100, "max_buffered_ms must be >= 100"),
             (self.config_timeout_s > 0, "config_timeout_s must be > 0"),
             (self.idle_timeout_s > 0, "idle_timeout_s must be > 0"),

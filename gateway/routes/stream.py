@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from starlette.websockets import WebSocket
 
@@ -16,7 +17,7 @@ from gateway import protocol
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.outbound import ConnectionGone, Outbound
 from gateway.routes.security import check_websocket
-from gateway.server_state import GatewayState
+from gateway.server_state import GatewayState, RateLimiter
 from gateway.session import Session, State
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,28 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             CloseCode.TRY_AGAIN,
         )
         return
+    client = websocket.client.host if websocket.client else "unknown"
+    if not state.connection_allowed(client):
+        await _refuse(
+            out,
+            GatewayError(
+                ErrorCode.RATE_LIMITED,
+                f"more than {settings.max_connections_per_minute} connections per minute"
+                " from this address; slow down",
+            ),
+            CloseCode.POLICY,
+        )
+        return
+    if state.sessions_by_client.get(client, 0) >= settings.max_sessions_per_client:
+        await _refuse(
+            out,
+            GatewayError(
+                ErrorCode.BUSY,
+                f"this address already has {settings.max_sessions_per_client} sessions open",
+            ),
+            CloseCode.TRY_AGAIN,
+        )
+        return
     if state.sessions >= settings.max_sessions:
         await _refuse(
             out,
@@ -47,11 +70,12 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             CloseCode.TRY_AGAIN,
         )
         return
-    session = Session(out, state.engine, settings, state.metrics)
+    session = Session(out, state.engine, settings, state.metrics, state.admission)
     state.sessions += 1
+    state.sessions_by_client[client] = state.sessions_by_client.get(client, 0) + 1
     state.live_sessions.add(session)
     state.metrics.sessions_active.inc()
-    session.log.info("session opened from %s", websocket.client.host if websocket.client else "?")
+    session.log.info("session opened from %s", client)
     try:
         await out.event(session.created_message())
         await _read_loop(websocket, session)
@@ -60,6 +84,9 @@ async def stream_endpoint(websocket: WebSocket) -> None:
     finally:
         await session.shutdown()
         state.sessions -= 1
+        state.sessions_by_client[client] -= 1
+        if not state.sessions_by_client[client]:
+            del state.sessions_by_client[client]
         state.live_sessions.discard(session)
         state.metrics.sessions_active.dec()
         session.log.info("session closed")
@@ -67,6 +94,8 @@ async def stream_endpoint(websocket: WebSocket) -> None:
 
 async def _read_loop(websocket: WebSocket, session: Session) -> None:
     settings = session.settings
+    rate = RateLimiter(settings.max_messages_per_second, 1.0)
+    last_rate_error = 0.0
     first = True
     while session.state is State.OPEN:
         timeout = settings.config_timeout_s if first else settings.idle_timeout_s
@@ -90,6 +119,18 @@ async def _read_loop(websocket: WebSocket, session: Session) -> None:
         if frame["type"] == "websocket.disconnect":
             session.connection_lost()
             return
+        if not rate.allow():
+            now = time.monotonic()
+            if now - last_rate_error >= 1.0:  # one error a second, not one per message
+                last_rate_error = now
+                await session.report_error(
+                    GatewayError(
+                        ErrorCode.RATE_LIMITED,
+                        f"over {settings.max_messages_per_second} messages per second;"
+                        " messages are being dropped",
+                    )
+                )
+            continue
         text = frame.get("text")
         if text is None:
             error = GatewayError(

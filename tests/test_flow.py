@@ -1,0 +1,120 @@
+"""Application-level flow control: the pure window and the real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from gateway.flow import FlowWindow
+from tests.conftest import RunningServer
+from tests.helpers import Transcript, open_ws, recv_until, send
+
+PARAGRAPH = (
+    "The old lighthouse stood at the edge of the cliff for a hundred years. "
+    "Every night its lamp turned slowly over the dark water. "
+    "Sailors far away counted the flashes and knew where the rocks were."
+)
+
+
+def test_ack_window_bounds_the_lead() -> None:
+    window = FlowWindow("ack", 100)
+    sent = 0
+    while window.fits(20, 0.0):
+        window.on_sent(20, 0.0)
+        sent += 20
+    assert sent == 100
+    window.on_played(40, 0.0)
+    assert window.fits(20, 0.0)
+    window.on_played(10, 0.0)  # backwards reports are ignored
+    assert window.played_ms == 40
+    assert window.position(0.0) == (40, "played_ms")
+
+
+def test_one_frame_may_exceed_an_empty_window() -> None:
+    window = FlowWindow("ack", 100)
+    assert window.fits(500, 0.0)  # nothing outstanding: never deadlock
+
+
+def test_realtime_estimate_is_a_leaky_bucket() -> None:
+    window = FlowWindow("realtime", 200)
+    for _ in range(10):
+        window.on_sent(20, 10.0)  # 200 ms sent at t=10 s
+    assert window.estimate(10.0) == 0
+    assert window.estimate(10.1) == pytest.approx(100)  # played with the wall clock
+    assert window.estimate(11.0) == 200  # never beyond what was sent
+    # after a gap (underrun) the clock restarts with the next frame
+    window.on_sent(20, 20.0)
+    assert window.estimate(20.0) == 200
+    assert window.estimate(20.01) == pytest.approx(210)
+    assert window.position(20.0)[1] == "estimate"
+
+
+def test_none_counts_everything_sent() -> None:
+    window = FlowWindow("none", 100)
+    for _ in range(50):
+        assert window.fits(20, 0.0)
+        window.on_sent(20, 0.0)
+    assert window.position(0.0) == (1000, "sent_ms")
+
+
+async def _audio_ms_until_quiet(ws: object, t: Transcript, quiet_s: float) -> float:
+    """Read until no message arrived for ``quiet_s``; audio ms received so far."""
+    while True:
+        try:
+            raw = await asyncio.wait_for(ws.recv(), quiet_s)  # type: ignore[attr-defined]
+        except TimeoutError:
+            break
+        t.items.append(raw if isinstance(raw, bytes) else json.loads(raw))
+    return sum(len(b) for b in t.binary) / 2 / 22050 * 1000
+
+
+async def test_ack_holds_at_the_bound_and_releases_on_reports(
+    piper_server: RunningServer,
+) -> None:
+    async with await open_ws(piper_server.ws_url) as ws:
+        await ws.recv()
+        config = {"flow_control": "ack", "max_lead_ms": 500, "stream_audio": True}
+        await send(ws, type="session.config", response_format="pcm", frame_ms=20, **config)
+        await ws.recv()
+        await send(ws, type="input.text", text=PARAGRAPH)
+        await send(ws, type="input.done")
+        t = Transcript()
+        held = await _audio_ms_until_quiet(ws, t, 1.5)
+        assert 480 <= held <= 500  # stops at the bound, within a frame
+        await send(ws, type="playback", played_ms=300)
+        released = await _audio_ms_until_quiet(ws, t, 1.0)
+        assert 780 <= released <= 800  # about X more after a report of +X
+        await send(ws, type="cancel")
+        await recv_until(ws, t)
+        report = t.of("audio.cancelled")[0]
+        assert report["position_source"] == "played_ms"
+        assert report["played_ms"] == 300 and report["sent_ms"] == released
+
+
+async def test_realtime_never_runs_ahead_of_the_clock(piper_server: RunningServer) -> None:
+    async with await open_ws(piper_server.ws_url) as ws:
+        await ws.recv()
+        config = {"flow_control": "realtime", "max_lead_ms": 300, "stream_audio": True}
+        await send(ws, type="session.config", response_format="pcm", frame_ms=20, **config)
+        await ws.recv()
+        await send(ws, type="input.text", text=PARAGRAPH)
+        await send(ws, type="input.done")
+        t = Transcript()
+        first_at: float | None = None
+        async with asyncio.timeout(30):
+            while len(t.binary) < 100:
+                raw = await ws.recv()
+                if isinstance(raw, bytes):
+                    if first_at is None:
+                        first_at = time.monotonic()
+                    t.items.append(raw)
+                    received_ms = sum(len(b) for b in t.binary) / 2 / 22050 * 1000
+                    elapsed_ms = (time.monotonic() - first_at) * 1000
+                    # audio clock: never more than the lead (+1 frame) ahead
+                    assert received_ms <= elapsed_ms + 300 + 20 + 50  # +50: delivery slack
+        await send(ws, type="cancel")
+        await recv_until(ws, t)
+        assert t.of("audio.cancelled")[0]["position_source"] == "estimate"

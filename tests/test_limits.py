@@ -1,0 +1,190 @@
+"""Limits, admission, authentication and Origin on a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.conftest import RunningServer
+from tests.helpers import Transcript, open_ws, recv_until, send
+
+ROOT = Path(__file__).resolve().parent.parent
+STREAM = {"response_format": "pcm", "stream_audio": True, "frame_ms": 20}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _refusal(url: str, **kwargs: object) -> tuple[dict[str, object], int]:
+    async with await open_ws(url, **kwargs) as ws:  # type: ignore[arg-type]
+        error = json.loads(await ws.recv())
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+        assert closed.value.rcvd is not None
+        return error, closed.value.rcvd.code
+
+
+async def test_sessions_per_client(server_factory: Callable[..., RunningServer]) -> None:
+    server = server_factory(max_sessions_per_client=2)
+    first = await open_ws(server.ws_url)
+    second = await open_ws(server.ws_url)
+    try:
+        error, code = await _refusal(server.ws_url)
+        assert error["code"] == "busy" and code == 1013
+        assert "address" in str(error["message"])
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_active_streams_admission(server_factory: Callable[..., RunningServer]) -> None:
+    server = server_factory(max_active_streams=1)
+    async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
+        await a.recv()
+        await b.recv()
+        await send(a, type="session.config", split_granularity="none", **STREAM)
+        await a.recv()
+        await send(a, type="input.text", text="Holding the only stream")
+        await send(b, type="input.text", text="No room for me.")
+        error = json.loads(await b.recv())
+        assert error["code"] == "busy" and error["fatal"] is False
+        # the first session finishes; then the second may speak
+        await send(a, type="input.done")
+        await recv_until(a, Transcript())
+        await send(b, type="input.text", text="Now there is room.")
+        await send(b, type="input.done")
+        t = await recv_until(b, Transcript())
+        assert t.of("session.done")[0]["total_sentences"] == 1
+
+
+async def test_message_rate_limit(server_factory: Callable[..., RunningServer]) -> None:
+    server = server_factory(max_messages_per_second=5)
+    async with await open_ws(server.ws_url) as ws:
+        await ws.recv()
+        for i in range(20):
+            await send(ws, type="ping", id=i)
+        t = Transcript()
+        async with asyncio.timeout(5):
+            while not t.of("error"):
+                t.items.append(json.loads(await ws.recv()))
+        error = t.of("error")[0]
+        assert error["code"] == "rate_limited" and not error["fatal"]
+        assert len(t.of("pong")) <= 6
+        await asyncio.sleep(1.2)  # the bucket refills: the session goes on
+        await send(ws, type="ping", id="after")
+        async with asyncio.timeout(5):
+            while True:
+                event = json.loads(await ws.recv())
+                if event == {"type": "pong", "id": "after"}:
+                    break
+
+
+async def test_connection_rate_limit(server_factory: Callable[..., RunningServer]) -> None:
+    server = server_factory(max_connections_per_minute=2)
+    for _ in range(2):
+        async with await open_ws(server.ws_url) as ws:
+            await ws.recv()
+    error, code = await _refusal(server.ws_url)
+    assert error["code"] == "rate_limited" and code == 1008
+
+
+@pytest.mark.parametrize("form", ["header", "query", "subprotocol"])
+async def test_api_key_forms(server_factory: Callable[..., RunningServer], form: str) -> None:
+    server = server_factory(api_keys=["s3cret-key"])
+    url = server.ws_url
+    kwargs: dict[str, object] = {}
+    if form == "header":
+        kwargs["additional_headers"] = {"Authorization": "Bearer s3cret-key"}
+    elif form == "query":
+        url += "?api_key=s3cret-key"
+    else:
+        kwargs["subprotocols"] = ["tts.v1", "tts.key.s3cret-key"]
+    async with await open_ws(url, **kwargs) as ws:  # type: ignore[arg-type]
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        if form == "subprotocol":
+            assert ws.subprotocol == "tts.v1"
+
+
+async def test_wrong_key_is_explained_then_closed(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(api_keys=["s3cret-key"])
+    error, code = await _refusal(server.ws_url + "?api_key=wrong")
+    assert error["code"] == "unauthorized" and error["fatal"] is True and code == 1008
+    error, code = await _refusal(server.ws_url)
+    assert error["code"] == "unauthorized" and code == 1008
+
+
+async def test_origin_rules(server_factory: Callable[..., RunningServer]) -> None:
+    server = server_factory(allowed_origins=["https://app.example"])
+    host = server.http.removeprefix("http://")
+    for origin in (f"http://{host}", "https://app.example"):
+        async with await open_ws(server.ws_url, origin=origin) as ws:
+            assert json.loads(await ws.recv())["type"] == "session.created"
+    error, code = await _refusal(server.ws_url, origin="https://evil.example")
+    assert error["code"] == "origin_not_allowed" and code == 1008
+
+
+def test_api_key_never_logged(tmp_path: Path) -> None:
+    """A real `python -m gateway serve` process, debug logging and uvicorn's
+    access log on: the key presented in a query string, a header and a
+    subprotocol never appears in its output."""
+    key = "topsecret-123"
+    port = _free_port()
+    env = {
+        **os.environ,
+        "GATEWAY_API_KEYS": key,
+        "GATEWAY_ENGINE": "synthetic",
+        "GATEWAY_LOG_LEVEL": "debug",
+        "GATEWAY_DATA_DIR": str(tmp_path),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/readyz?api_key={key}").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        httpx.get(f"{base}/healthz", headers={"Authorization": f"Bearer {key}"})
+
+        async def talk() -> None:
+            ws_url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
+            async with await open_ws(f"{ws_url}?api_key={key}") as ws:
+                await ws.recv()
+            async with await open_ws(ws_url, subprotocols=["tts.v1", f"tts.key.{key}"]) as ws:  # type: ignore[list-item]
+                await ws.recv()
+            async with await open_ws(f"{ws_url}?api_key=wrong-{key}") as ws:
+                await ws.recv()
+
+        asyncio.run(talk())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    assert "GET /readyz" in output  # the access log was on
+    assert "session opened" in output
+    assert key not in output
+    assert "api_key=***" in output
