@@ -17,8 +17,9 @@ import enum
 import logging
 import time
 import uuid
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway import protocol
 from gateway.audio.resample import StreamResampler
@@ -39,6 +40,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT: str | None = None
+
+
+class SessionLog(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes every record with the session id (never the spoken text)."""
+
+    def process(self, msg: object, kwargs: MutableMapping[str, Any]) -> tuple[object, Any]:
+        extra = self.extra or {}
+        return f"[session={extra.get('session')}] {msg}", kwargs
 
 
 class State(enum.Enum):
@@ -89,7 +98,7 @@ class Session:
         self.utterances_started = 0
         self.shared_stream = AudioStream(self, "shared")
         self._voice_rates = {v.name: v.sample_rate for v in engine.voices()}
-        self.log = logging.LoggerAdapter(log, {"session": self.id})
+        self.log = SessionLog(log, {"session": self.id})
 
     # ------------------------------------------------------------------
     # state

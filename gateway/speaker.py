@@ -263,7 +263,9 @@ class AudioStream:
             job.cancel()
             raise
         except (SynthesisError, Exception) as exc:  # the sentence fails, the session goes on
-            log.warning("synthesis failed (%s): %r", self.session.id, exc)
+            self.session.log.warning(
+                "synthesis failed (context=%s sentence=%d): %r", ctx.id, sentence.index, exc
+            )
             job.cancel()
             failed = exc
         finally:
