@@ -30,9 +30,7 @@ from pathlib import Path
 
 import websockets
 
-SENTENCE = (
-    "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
-)
+SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -77,7 +75,15 @@ async def _gateway_runs(url: str, runs: int, warmup: int) -> list[float]:
             assert first is not None
             if i >= warmup:
                 results.append(first * 1000)
-                print(json.dumps({"kind": "gateway_ttfa_ms", "run": i - warmup, "value": round(first * 1000, 2)}))
+                print(
+                    json.dumps(
+                        {
+                            "kind": "gateway_ttfa_ms",
+                            "run": i - warmup,
+                            "value": round(first * 1000, 2),
+                        }
+                    )
+                )
     return results
 
 
@@ -95,7 +101,15 @@ def _piper_runs(runs: int, warmup: int) -> list[float]:
             break
         if i >= warmup:
             results.append(elapsed * 1000)
-            print(json.dumps({"kind": "piper_first_chunk_ms", "run": i - warmup, "value": round(elapsed * 1000, 2)}))
+            print(
+                json.dumps(
+                    {
+                        "kind": "piper_first_chunk_ms",
+                        "run": i - warmup,
+                        "value": round(elapsed * 1000, 2),
+                    }
+                )
+            )
     return results
 
 

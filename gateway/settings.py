@@ -59,7 +59,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     chunk_schedule: list[int] = msgspec.field(default_factory=lambda: [16, 32, 64])
     #: latent frames of context on each side of a decoder chunk
     decode_context_frames: int = 10
-    #: threads for the acoustic model and for the vocoder (0: one per core / 2)
+    #: threads for the acoustic model and for the vocoder (0: every core, up to 4)
     acoustic_threads: int = 0
     vocoder_threads: int = 0
     # --- sessions -----------------------------------------------------------

@@ -7,10 +7,12 @@ HiFi-GAN decode chunk by chunk with context -> fixed gain and soft limiter.
 Threads: one acoustic worker (all voices) and one decode worker per torch
 device, each ordering work by (utterance's first chunk first, earliest
 playback deadline).  The acoustic worker runs the next segment's acoustic
-stage while the decode worker is still decoding the current one.  Thread pools
-are sized so the two never oversubscribe the cores: each gets half the cores
-unless ``acoustic_threads``/``vocoder_threads`` say otherwise, and neither spins
-while idle (``OMP_WAIT_POLICY=PASSIVE``, onnxruntime ``allow_spinning=0``).
+stage while the decode worker is still decoding the current one, except on the
+first-audio path: the rest of a segment's flow waits for its first chunk's
+decode, so that chunk has the cores to itself.  Each pool gets every core (up
+to 4) unless ``acoustic_threads``/``vocoder_threads`` say otherwise (see
+``acoustic.default_threads``), and neither spins while idle
+(``OMP_WAIT_POLICY=PASSIVE``, onnxruntime ``allow_spinning=0``).
 
 What it must not do: load models at import or compute on the event loop.
 """

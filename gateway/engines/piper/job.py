@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 
 #: decoded chunks a job may hold that the consumer has not taken yet
 MAX_UNDELIVERED = 2
+#: longest the rest of the flow waits for the first chunk's decode (a busy
+#: decode worker must not stall the acoustic stage for long)
+FIRST_CHUNK_WAIT_S = 0.25
 
 
 class _End:
@@ -86,6 +89,9 @@ class PiperJob(SynthesisJob):
         self._cancelled = False
         self._finished = False
         self._run_options: ort.RunOptions | None = None
+        #: set once the first chunk is decoded (or the job ends): the rest of
+        #: the flow waits for it so the first chunk has the cores to itself
+        self._first_decoded = threading.Event()
         # decode state (guarded by _lock)
         self._windows: list[ChunkWindow] = []
         self._latent: np.ndarray | None = None
@@ -152,6 +158,7 @@ class PiperJob(SynthesisJob):
             if self._finished:
                 return
             self._finished = True
+        self._first_decoded.set()
         self._on_finished(self)  # before the end marker: the consumer may look at once
         self._deliver(error if error is not None else _END)
 
@@ -207,9 +214,12 @@ class PiperJob(SynthesisJob):
         for window, latent in voice.acoustic.flow_windows(encoded, first, run_options):
             if self._cancelled:
                 return
+            self._publish(window.end, latent, window.start)
             if window.start == 0:
                 self.stats.extra["flow_first_ms"] = (time.perf_counter() - t0) * 1e3
-            self._publish(window.end, latent, window.start)
+                # on a small CPU the rest of the flow would halve the first
+                # chunk's speed; time to first audio comes first
+                self._first_decoded.wait(FIRST_CHUNK_WAIT_S)
         self.stats.extra["flow_ms"] = (time.perf_counter() - t0) * 1e3
 
     def _align(
@@ -280,6 +290,7 @@ class PiperJob(SynthesisJob):
                 return
             if index == 0:
                 self.stats.first_chunk_ms = (now - self._submitted) * 1e3
+                self._first_decoded.set()
             self.stats.audio_samples += int(audio.shape[0])
             self._next_chunk = index + 1
             self._undelivered += 1
