@@ -111,18 +111,68 @@ def piper_runs(runs: int) -> dict[str, float]:
     return summary(times)
 
 
+def batch_throughput(engine: PiperEngine, sizes: list[int]) -> list[dict[str, Any]]:
+    """Decoder throughput at each batch size on 64-frame chunks with context,
+    and the largest difference between batched and one-by-one output."""
+    import torch
+
+    vocoder = engine.loaded_voice("joe").vocoder
+    if vocoder is None:
+        return [{"kind": "batch", "error": "voice decodes whole segments (no torch port)"}]
+    rng = np.random.default_rng(0)
+    length = 64 + 2 * engine.settings.decode_context_frames
+    records: list[dict[str, Any]] = []
+    for size in sizes:
+        latents = [
+            rng.standard_normal((vocoder.latent_channels, length)).astype(np.float32)
+            for _ in range(size)
+        ]
+        vocoder.decode_batch(latents)  # warm this shape
+        times = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            batched = vocoder.decode_batch(latents)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        single = [vocoder.decode(latent) for latent in latents]
+        diff = max(
+            float(np.abs(b.reshape(-1) - s.reshape(-1)).max())
+            for b, s in zip(batched, single, strict=True)
+        )
+        seconds = statistics.median(times)
+        audio_s = size * length * engine.loaded_voice("joe").hop_length / 22050
+        records.append(
+            {
+                "kind": "batch",
+                "device": str(vocoder.device),
+                "batch": size,
+                "ms_p50": round(seconds * 1000, 2),
+                "audio_seconds_per_second": round(audio_s / seconds, 1),
+                "max_abs_diff_vs_unbatched": diff,
+            }
+        )
+    return records
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--schedule", default="16,32,64", help="decoder chunk sizes (frames)")
     parser.add_argument("--acoustic-threads", type=int, default=0)
     parser.add_argument("--vocoder-threads", type=int, default=0)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    parser.add_argument("--onnx-provider", default="cpu", choices=["cpu", "cuda", "auto"])
+    parser.add_argument(
+        "--batch", default="", help="batch sizes for decoder throughput, e.g. 1,4,8,16"
+    )
     args = parser.parse_args()
     emit(machine())
     with tempfile.TemporaryDirectory() as data_dir:
         settings = Settings(
             data_dir=data_dir,
-            device="cpu",
+            device=args.device,
+            onnx_provider=args.onnx_provider,
             chunk_schedule=[int(x) for x in args.schedule.split(",")],
             acoustic_threads=args.acoustic_threads,
             vocoder_threads=args.vocoder_threads,
@@ -149,6 +199,10 @@ def main() -> None:
                 **result,
             }
         )
+        if args.batch:
+            sizes = [int(x) for x in args.batch.split(",")]
+            for record in batch_throughput(engine, sizes):
+                emit(record)
         asyncio.run(engine.aclose())
     piper = piper_runs(args.runs)
     emit({"kind": "piper_synthesize_first_chunk_ms", "runs": args.runs, **piper})

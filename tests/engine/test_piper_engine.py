@@ -284,3 +284,15 @@ async def test_unportable_decoder_falls_back_to_whole_segment(engine: PiperEngin
     ours, _ = await collect(engine, SynthesisRequest(MEDIUM, "broken"))
     good, _ = await collect(engine, SynthesisRequest(MEDIUM, "joe"))
     assert snr_db(good, ours * (engine.loaded_voice("joe").gain / broken.gain)) >= 40
+
+
+def test_batched_decode_equals_unbatched(joe: LoadedVoice) -> None:
+    vocoder = joe.vocoder
+    assert vocoder is not None
+    rng = np.random.default_rng(1)
+    latents = [
+        rng.standard_normal((vocoder.latent_channels, 36)).astype(np.float32) for _ in range(3)
+    ]
+    batched = vocoder.decode_batch(latents)
+    for latent, audio in zip(latents, batched, strict=True):
+        assert np.abs(audio.reshape(-1) - vocoder.decode(latent).reshape(-1)).max() <= 1e-5
