@@ -56,6 +56,8 @@ MAX_UNDELIVERED = 2
 #: longest the rest of the flow waits for the first chunk's decode (a busy
 #: decode worker must not stall the acoustic stage for long)
 FIRST_CHUNK_WAIT_S = 0.25
+#: longest a first chunk waits for its word timings (computed alongside it)
+ALIGNMENT_WAIT_S = 1.0
 
 
 class _End:
@@ -92,6 +94,9 @@ class PiperJob(SynthesisJob):
         #: set once the first chunk is decoded (or the job ends): the rest of
         #: the flow waits for it so the first chunk has the cores to itself
         self._first_decoded = threading.Event()
+        #: set once word timings were delivered (or none are due): the first
+        #: chunk waits for it so the timings always come first
+        self._aligned = threading.Event()
         # decode state (guarded by _lock)
         self._windows: list[ChunkWindow] = []
         self._latent: np.ndarray | None = None
@@ -159,6 +164,7 @@ class PiperJob(SynthesisJob):
                 return
             self._finished = True
         self._first_decoded.set()
+        self._aligned.set()
         self._on_finished(self)  # before the end marker: the consumer may look at once
         self._deliver(error if error is not None else _END)
 
@@ -195,8 +201,6 @@ class PiperJob(SynthesisJob):
         self.stats.extra["encoder_ms"] = (time.perf_counter() - t0) * 1e3
         if self._cancelled:
             return
-        if self.request.alignment:
-            self._deliver(WordTimings(self._align(phonemes, spans, encoded)))
         frames = encoded.frames
         if voice.streaming:
             windows = plan_chunks(frames, voice.schedule, voice.context)
@@ -207,6 +211,7 @@ class PiperJob(SynthesisJob):
             self._latent = np.empty((encoded.z_p.shape[0], frames), dtype=np.float32)
             self._extras = encoded.extras
         if not voice.streaming:
+            self._deliver_alignment(phonemes, spans, encoded)
             self._publish(frames, voice.acoustic.flow_whole(encoded))
             return
         t0 = time.perf_counter()
@@ -216,11 +221,23 @@ class PiperJob(SynthesisJob):
                 return
             self._publish(window.end, latent, window.start)
             if window.start == 0:
+                # word timings are worked out while the first chunk decodes;
+                # that chunk is delivered after them
+                self._deliver_alignment(phonemes, spans, encoded)
                 self.stats.extra["flow_first_ms"] = (time.perf_counter() - t0) * 1e3
                 # on a small CPU the rest of the flow would halve the first
                 # chunk's speed; time to first audio comes first
                 self._first_decoded.wait(FIRST_CHUNK_WAIT_S)
         self.stats.extra["flow_ms"] = (time.perf_counter() - t0) * 1e3
+
+    def _deliver_alignment(
+        self, phonemes: list[str], spans: list[tuple[int, int] | None], encoded: Encoded
+    ) -> None:
+        try:
+            if self.request.alignment and not self._cancelled:
+                self._deliver(WordTimings(self._align(phonemes, spans, encoded)))
+        finally:
+            self._aligned.set()
 
     def _align(
         self, phonemes: list[str], spans: list[tuple[int, int] | None], encoded: Encoded
@@ -290,10 +307,12 @@ class PiperJob(SynthesisJob):
                 return
             if index == 0:
                 self.stats.first_chunk_ms = (now - self._submitted) * 1e3
-                self._first_decoded.set()
             self.stats.audio_samples += int(audio.shape[0])
             self._next_chunk = index + 1
             self._undelivered += 1
+        if index == 0:
+            self._first_decoded.set()
+            self._aligned.wait(ALIGNMENT_WAIT_S)
         self._deliver(AudioChunk(audio))
         if last:
             self._finish()
