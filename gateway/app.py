@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -23,9 +24,13 @@ from gateway import __version__
 from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
 from gateway.metrics import Metrics, watch_loop_lag
+from gateway.outbound import TransportMiddleware
+from gateway.routes.speech import HttpSlots, log_format_support, speech_routes
 from gateway.routes.stream import stream_endpoint
+from gateway.routes.voices import voice_routes
 from gateway.server_state import GatewayState
 from gateway.settings import Settings
+from gateway.voice_store import VoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +61,14 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     the_engine = engine if engine is not None else create_engine(settings)
     state = GatewayState(settings=settings, engine=the_engine, metrics=Metrics())
     state.metrics.track_engine(the_engine.queue_depth, the_engine.live_jobs)
+    voice_store = VoiceStore(settings.data_path)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         lag = asyncio.create_task(watch_loop_lag(state.metrics), name="loop-lag")
         try:
+            await asyncio.to_thread(voice_store.open)
+            log_format_support()
             if owns_engine:
                 log.info("loading engine %s", the_engine.name)
                 await the_engine.start()
@@ -78,15 +86,23 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
             await asyncio.gather(lag, return_exceptions=True)
             if owns_engine:
                 await the_engine.aclose()
+            await asyncio.to_thread(voice_store.close)
 
     routes = [
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
         WebSocketRoute("/v1/audio/speech/stream", stream_endpoint),
+        *speech_routes(),
+        *voice_routes(),
     ]
     if WEB_DIR.is_dir():
         routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    # the stall timeout reaches uvicorn's transport through this (outbound.py)
+    app = Starlette(
+        routes=routes, lifespan=lifespan, middleware=[Middleware(TransportMiddleware)]
+    )
     app.state.gateway = state
+    app.state.voice_store = voice_store
+    app.state.http_slots = HttpSlots(settings.max_http_streams, state.metrics)
     return app

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
+import uvicorn
+
+from gateway.server_state import GatewayState
 from gateway.settings import SettingsError, load_settings
 
 log = logging.getLogger("gateway")
@@ -33,8 +38,6 @@ def uvicorn_options(settings: object) -> dict[str, object]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.app import create_app
     from gateway.logs import configure_logging
 
@@ -51,8 +54,40 @@ def _serve(args: argparse.Namespace) -> int:
             settings.host,
         )
     app = create_app(settings)
-    uvicorn.run(app, **uvicorn_options(settings))  # type: ignore[arg-type]
+    config = uvicorn.Config(app, **uvicorn_options(settings))  # type: ignore[arg-type]
+    DrainingServer(config, app.state.gateway).run()
     return 0
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server with a graceful drain on the first SIGTERM/SIGINT.
+
+    The signal handler only flips flags (``/readyz`` answers 503 from that
+    moment); the drain (``GatewayState.drain``) runs as a task started by the
+    main loop's next tick (within 0.1 s), and uvicorn's own shutdown follows
+    once it is done.  A second signal is uvicorn's usual immediate exit.  The
+    first signal is not re-raised after shutdown, so the process exits 0."""
+
+    def __init__(self, config: uvicorn.Config, state: GatewayState) -> None:
+        super().__init__(config)
+        self.gateway = state
+        self.drain_requested = False
+        self._drain: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.drain_requested:
+            super().handle_exit(sig, frame)
+            return
+        log.info("signal %d: draining (a second signal exits at once)", sig)
+        self.drain_requested = True
+        self.gateway.shutting_down = True
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain_requested and self._drain is None:
+            self._drain = asyncio.create_task(self.gateway.drain(), name="drain")
+        if self._drain is not None and self._drain.done():
+            self.should_exit = True
+        return await super().on_tick(counter)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,6 +98,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.set_defaults(func=_serve)
+    _add_client_commands(commands)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
+
+
+def _add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``say``, ``bench`` and ``bench-readme``: client-side tools (imported lazily)."""
+
+    def say(args: argparse.Namespace) -> int:
+        from gateway.say import run
+
+        return run(args)
+
+    def bench(args: argparse.Namespace) -> int:
+        from gateway.bench.runner import run
+
+        return run(args)
+
+    def bench_readme(args: argparse.Namespace) -> int:
+        from pathlib import Path
+
+        from gateway.bench.report import update_readme
+
+        update_readme(Path(args.readme), Path(args.results))
+        return 0
+
+    from gateway import say as say_module
+    from gateway.bench import runner as bench_runner
+
+    parser = commands.add_parser("say", help="speak text (or standard input) through a server")
+    say_module.add_arguments(parser)
+    parser.set_defaults(func=say)
+    parser = commands.add_parser("bench", help="measure latency as a listener hears it")
+    bench_runner.add_arguments(parser)
+    parser.set_defaults(func=bench)
+    parser = commands.add_parser("bench-readme", help="regenerate README's Performance section")
+    parser.add_argument("--results", default="bench/results/latest.jsonl")
+    parser.add_argument("--readme", default="README.md")
+    parser.set_defaults(func=bench_readme)

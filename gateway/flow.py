@@ -102,8 +102,12 @@ class FlowWindow:
             if self.mode == "realtime":
                 excess = self.lead_ms(time.monotonic()) + frame_ms - self.max_lead_ms
                 timeout = max(0.001, excess / 1000)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+            # task cancel that lands as the event is set (interrupt() then
+            # stop() on disconnect), leaving the stream task alive
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
         if stop():
             return False
         self.on_sent(frame_ms, time.monotonic())

@@ -4,31 +4,111 @@ Every JSON event and binary frame goes through ``Outbound`` so that sends
 never interleave mid-message and a failed send stops the session's work
 (a dead socket must not keep the engine busy).  Sends are never cancelled
 half-way: producers stop instead.
+
+Stall timeout.  uvicorn's ``websockets-sansio`` implementation applies write
+backpressure: its ``send`` first awaits an ``asyncio.Event`` that the
+transport clears in ``pause_writing`` (write buffer over its high-water mark)
+and sets in ``resume_writing``, and only then serializes and writes the whole
+frame synchronously.  A send blocked for ``stall_timeout_s`` is therefore
+blocked *before* any byte of its frame was written, and cancelling that wait
+cuts nothing half-way.  The connection is then closed with 4008 and the
+transport aborted after ``STALL_CLOSE_TIMEOUT_S``:
+
+* the ASGI ``websocket.close`` message would itself wait for the buffer to
+  drain (forever, for a client that stopped reading), so the close frame is
+  written directly, the way uvicorn's own keepalive timeout does it
+  (``conn.fail`` + ``transport.write`` + ``close_sent``);
+* the transport is reached through ``TransportMiddleware``: at the outermost
+  ASGI layer uvicorn's ``send`` is the bound method
+  ``WebSocketsSansIOProtocol.send``, whose ``__self__`` owns ``transport``
+  and the sans-I/O ``conn``.  The middleware stores that protocol object in
+  the scope (``SCOPE_KEY``); Starlette's own layers wrap ``send``, so the
+  endpoint cannot reach it any other way.
+* a client that resumes reading within the close timeout receives every
+  frame queued before the close, then the 4008 close frame; otherwise the
+  transport is aborted (the kernel's buffers are freed with a reset).
+
+Under another ``ws_impl`` (no such protocol object) a stall marks the
+connection gone, stops the session's work and leaves closing to uvicorn.
+
+Kernel send buffer.  Linux autotunes a TCP socket's send buffer up to
+``net.ipv4.tcp_wmem``'s maximum (4 MiB by default): a client that stops
+reading would park about 90 s of 22 kHz 16-bit audio in the kernel before
+the transport ever pushed back, and the engine would decode all of it.  The
+WebSocket's socket is therefore given a fixed ``SO_SNDBUF`` of
+``SEND_BUFFER_BYTES`` (the kernel doubles it for bookkeeping), ample for
+audio bitrates (at most 192 kB/s) over any round-trip time under 300 ms.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+from typing import Any
 
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from gateway import protocol
+from gateway.errors import CloseCode
 from gateway.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+#: scope key under which ``TransportMiddleware`` stores uvicorn's protocol
+SCOPE_KEY = "gateway.ws_protocol"
+#: after a stall, how long the 4008 close frame may wait for the client to
+#: read it before the transport is aborted
+STALL_CLOSE_TIMEOUT_S = 2.0
+#: fixed kernel send buffer of a WebSocket connection (see above)
+SEND_BUFFER_BYTES = 65536
 
 
 class ConnectionGone(Exception):
     """The client went away; the session's work must stop."""
 
 
+class TransportMiddleware:
+    """Pure ASGI middleware: remembers uvicorn's WebSocket protocol object
+    (``send.__self__``) in the scope so that ``Outbound`` can abort a stalled
+    transport.  Does nothing for other scopes or servers."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            owner = getattr(send, "__self__", None)
+            if owner is not None and hasattr(owner, "transport") and hasattr(owner, "conn"):
+                scope[SCOPE_KEY] = owner
+        await self.app(scope, receive, send)
+
+
+def _cap_send_buffer(transport: Any) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+    except OSError as exc:  # not a TCP socket (tests, unix sockets)
+        log.debug("SO_SNDBUF not set: %r", exc)
+
+
 class Outbound:
-    def __init__(self, websocket: WebSocket, metrics: Metrics) -> None:
+    def __init__(
+        self, websocket: WebSocket, metrics: Metrics, stall_timeout_s: float | None = None
+    ) -> None:
         self._ws = websocket
         self._metrics = metrics
         self._lock = asyncio.Lock()
+        self._stall_timeout_s = stall_timeout_s
+        self._protocol: Any = websocket.scope.get(SCOPE_KEY)
+        if self._protocol is not None:
+            _cap_send_buffer(self._protocol.transport)
         self.gone = False
+        #: the connection was closed by the stall timeout (4008)
+        self.stalled = False
 
     async def event(self, message: protocol._Message) -> None:
         if isinstance(message, protocol.Error):
@@ -47,15 +127,39 @@ class Outbound:
             if self.gone:
                 raise ConnectionGone
             try:
-                if text is not None:
-                    await self._ws.send_text(text)
-                else:
-                    assert data is not None
-                    await self._ws.send_bytes(data)
+                async with asyncio.timeout(self._stall_timeout_s):
+                    if text is not None:
+                        await self._ws.send_text(text)
+                    else:
+                        assert data is not None
+                        await self._ws.send_bytes(data)
+            except TimeoutError:
+                self._stall()
+                raise ConnectionGone from None
             except Exception as exc:  # any transport failure ends the session's work
                 self.gone = True
                 log.debug("send failed: %r", exc)
                 raise ConnectionGone from exc
+
+    def _stall(self) -> None:
+        """A send waited ``stall_timeout_s`` for the client to read: close
+        with 4008 now and abort the transport after the close timeout."""
+        self.gone = True
+        self.stalled = True
+        log.info("send stalled for %.3g s: closing with 4008", self._stall_timeout_s)
+        owner = self._protocol
+        if owner is None:
+            return
+        transport = owner.transport
+        try:
+            if not transport.is_closing() and not owner.close_sent:
+                owner.conn.fail(int(CloseCode.STALL_TIMEOUT), "stall timeout")
+                transport.write(b"".join(owner.conn.data_to_send()))
+                owner.close_sent = True
+                transport.close()  # flushes what it can, then closes
+        except Exception as exc:  # the transport is already half gone: abort below
+            log.debug("stall close failed: %r", exc)
+        asyncio.get_running_loop().call_later(STALL_CLOSE_TIMEOUT_S, transport.abort)
 
     async def close(self, code: int, reason: str = "") -> None:
         if self.gone:
@@ -65,6 +169,10 @@ class Outbound:
                 return
             self.gone = True
             try:
-                await self._ws.close(code, reason[:120])
+                # a close frame waits for the write buffer like any send
+                async with asyncio.timeout(self._stall_timeout_s):
+                    await self._ws.close(code, reason[:120])
+            except TimeoutError:
+                self._stall()
             except Exception as exc:  # already closed by the peer
                 log.debug("close failed: %r", exc)

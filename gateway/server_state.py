@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -12,6 +15,8 @@ from gateway.settings import Settings
 
 if TYPE_CHECKING:
     from gateway.session import Session
+
+log = logging.getLogger(__name__)
 
 
 class StreamAdmission:
@@ -70,6 +75,31 @@ class GatewayState:
 
     def __post_init__(self) -> None:
         self.admission = StreamAdmission(self.settings.max_active_streams, self.metrics)
+
+    async def drain(self) -> None:
+        """Graceful shutdown: refuse new sessions (``/readyz`` 503, 1013),
+        cancel and report utterances without ``input.done``, let the others
+        finish for up to ``drain_timeout_s``, then close every session with
+        1001 (reporting what was still in progress)."""
+        from gateway.errors import CloseCode
+        from gateway.outbound import ConnectionGone
+
+        self.shutting_down = True
+        sessions = list(self.live_sessions)
+        log.info("draining %d sessions (up to %g s)", len(sessions), self.settings.drain_timeout_s)
+        for session in sessions:
+            with contextlib.suppress(ConnectionGone):
+                await session.begin_drain()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.drain_timeout_s):
+                # many sessions' streams, no single event to wait on: poll
+                while any(s.busy() for s in self.live_sessions):  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+        await asyncio.gather(
+            *(s.close(CloseCode.GOING_AWAY, "server shutdown") for s in list(self.live_sessions)),
+            return_exceptions=True,
+        )
+        log.info("drained")
 
     def connection_allowed(self, client: str) -> bool:
         """Connections per minute per client address."""

@@ -93,6 +93,8 @@ class Session:
         self.state = State.OPEN
         self.config = default_config(engine.default_voice(), engine.name)
         self.config_accepted = False
+        #: the server is shutting down: no new utterance starts
+        self.draining = False
         self.contexts: dict[str | None, Context] = {}
         self._context_numbers = 0
         self.utterances_started = 0
@@ -148,6 +150,13 @@ class Session:
 
     def engine_voice_rate(self, voice: str) -> int:
         return self._voice_rates[voice]
+
+    def buffered_ms(self) -> float:
+        """Audio decoded for this session and not yet sent (``max_buffered_ms``)."""
+        return sum(stream.unsent_ms() for stream in self._streams())
+
+    def buffer_full(self) -> bool:
+        return self.buffered_ms() >= self.settings.max_buffered_ms
 
     def busy(self) -> bool:
         """Anything buffered, queued or unsent (the idle timer waits for it)."""
@@ -270,6 +279,12 @@ class Session:
         self._arm_eager(ctx)
 
     def _start_utterance(self, ctx: Context) -> Utterance:
+        if self.draining:
+            raise GatewayError(
+                ErrorCode.BUSY,
+                "the server is shutting down; this text was not accepted,"
+                " reconnect to another server",
+            )
         if not self.admission.try_acquire():
             raise GatewayError(
                 ErrorCode.BUSY,
@@ -432,6 +447,32 @@ class Session:
                 current.job.cancel()
             else:
                 await self.report_cancel(ctx, utterances, None, 0)
+
+    async def begin_drain(self) -> None:
+        """Server shutdown: utterances still accepting text (no ``input.done``)
+        are cancelled and reported; those that received ``input.done`` go on;
+        no new utterance starts."""
+        self.draining = True
+        for ctx in list(self.contexts.values()):
+            utt = ctx.utterance
+            if utt is None:
+                continue
+            stream = self._stream_for(ctx)
+            utt.cancelled = True
+            utt.unsent_text = ctx.segmenter.discard().strip()
+            ctx.utterance = None
+            ctx.flow.interrupt()
+            if ctx.eager_timer is not None:
+                ctx.eager_timer.cancel()
+                ctx.eager_timer = None
+            stream.drop_utterance(utt)
+            current = stream.current
+            if current is not None and current.utterance is utt:
+                assert current.job is not None
+                ctx.awaiting_report.append(utt)
+                current.job.cancel()
+            else:
+                await self.report_cancel(ctx, [utt], None, 0)
 
     async def send_cancel_reports(
         self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int

@@ -11,11 +11,22 @@ With ``raw`` framing a session has one stream shared by all contexts (their
 audio never interleaves; first-in first-out at sentence granularity).  With
 ``tagged`` framing each context has its own stream and their frames
 interleave, ordered by the engine's earliest-deadline scheduling.
+
+The session buffer (``max_buffered_ms``): ``unsent_ms`` counts, for each
+segment with a live job, the audio the engine has decoded for it
+(``JobStats.audio_samples``) minus the audio sent.  The next segment is
+prefetched (submitted while the current one is still being sent) only while
+the session's total is under the bound; the segment about to be spoken is
+always submitted, so a full buffer never delays a context's first audio or
+starves a context paced in real time.  Decode is pull-driven (an engine job
+decodes at most ``MAX_UNDELIVERED`` chunks ahead of what the stream took),
+so a stream whose sends are blocked stops its job's decoding by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -52,6 +63,17 @@ class Segment:
     utterance: Utterance
     sentence: Sentence
     job: SynthesisJob | None = None
+    #: audio of this segment sent (output ms) and the voice's native rate,
+    #: for the session buffer count
+    sent_ms: float = 0.0
+    voice_rate: int = 0
+
+    def unsent_ms(self) -> float:
+        """Decoded by the engine and not yet sent (0 without a live job)."""
+        if self.job is None or self.utterance.cancelled or not self.voice_rate:
+            return 0.0
+        decoded_ms = self.job.stats.audio_samples * 1000 / self.voice_rate
+        return max(0.0, decoded_ms - self.sent_ms)
 
 
 class AudioStream:
@@ -80,6 +102,20 @@ class AudioStream:
                 if segment.job is not None:
                     segment.job.cancel()
         return dropped
+
+    def drop_utterance(self, utterance: Utterance) -> None:
+        """Remove one utterance's queued segments (shutdown drain)."""
+        dropped = [s for s in self.queue if s.utterance is utterance]
+        if dropped:
+            self.queue = deque(s for s in self.queue if s.utterance is not utterance)
+            for segment in dropped:
+                if segment.job is not None:
+                    segment.job.cancel()
+
+    def unsent_ms(self) -> float:
+        """Decoded but unsent audio of this stream's segments (debug, bound)."""
+        segments = [*([self.current] if self.current is not None else []), *self.queue]
+        return sum(s.unsent_ms() for s in segments)
 
     def has_work_for(self, context: Context) -> bool:
         return (self.current is not None and self.current.context is context) or any(
@@ -115,6 +151,7 @@ class AudioStream:
             deadline = now
         else:
             deadline = utterance.first_audio_at + utterance.sent_ms / 1000
+        segment.voice_rate = self.session.engine_voice_rate(config.voice)
         segment.job = self.session.engine.submit(
             SynthesisRequest(
                 text=segment.sentence.text,
@@ -128,7 +165,9 @@ class AudioStream:
         )
 
     def _prefetch(self) -> None:
-        if self.queue and self.queue[0].job is None:
+        """Submit the next queued segment early, while the session buffer has
+        room (its decode would otherwise add to a full buffer)."""
+        if self.queue and self.queue[0].job is None and not self.session.buffer_full():
             head = self.queue[0]
             self._submit(head, first=head.sentence.index == 0)
 
@@ -147,6 +186,7 @@ class AudioStream:
                     await self._speak(segment)
                 finally:
                     self.current = None
+                    self._prefetch()  # it may have waited for room
                 # a cancel that arrived while audio.done was going out
                 await self.session.send_cancel_reports(segment.context, None, 0)
                 await self.session.after_segment(segment.context)
@@ -211,6 +251,7 @@ class AudioStream:
             if is_audio:
                 samples_sent += n_samples
                 utt.sent_ms += n_samples * 1000 / rate
+                segment.sent_ms += n_samples * 1000 / rate
                 if utt.first_audio_at is None and n_samples:
                     self.session.first_audio(utt)
 
@@ -235,8 +276,9 @@ class AudioStream:
             await send(wav_header(rate, config.encoding, None), 0, FrameFlags.WAV_HEADER)
 
         failed: Exception | None = None
+        events = job.__aiter__()
         try:
-            async for event in job:
+            async for event in events:
                 if utt.cancelled:
                     break
                 if isinstance(event, WordTimings):
@@ -259,6 +301,7 @@ class AudioStream:
                         )
                 elif isinstance(event, AudioChunk):
                     await emit(resampler.process(event.samples))
+                    self._prefetch()  # sending made room in the session buffer
         except ConnectionGone:
             job.cancel()
             raise
@@ -269,6 +312,12 @@ class AudioStream:
             job.cancel()
             failed = exc
         finally:
+            # close the iterator now (not at garbage collection) so the
+            # engine's own cleanup runs when the stream leaves early
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
             self.session.account_job(utt, job)
 
         if not utt.cancelled:

@@ -44,12 +44,21 @@ class SyntheticJob(SynthesisJob):
         self._cancelled = threading.Event()
         self._engine = engine
         self._submitted = time.monotonic()
+        self._counted = True
         engine._live += 1
+
+    def _release(self) -> None:
+        """Leave the live-jobs gauge once: at the end, or at a cancel (a job
+        cancelled before anyone iterated it never runs its ``finally``)."""
+        if self._counted:
+            self._counted = False
+            self._engine._live -= 1
 
     def cancel(self) -> None:
         if not self._cancelled.is_set():
             self._cancelled.set()
             self.stats.cancelled = True
+        self._release()
 
     def _decode_chunk(self, start: int, stop: int, total: int, pitch: float) -> np.ndarray:
         if self._cancelled.is_set():
@@ -89,7 +98,7 @@ class SyntheticJob(SynthesisJob):
                     self.stats.first_chunk_ms = (time.monotonic() - self._submitted) * 1000
                 yield AudioChunk(samples)
         finally:
-            self._engine._live -= 1
+            self._release()
 
     def __aiter__(self) -> AsyncIterator[EngineEvent]:
         return self._events()

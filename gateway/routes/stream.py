@@ -28,7 +28,7 @@ async def stream_endpoint(websocket: WebSocket) -> None:
     settings = state.settings
     rejection = check_websocket(websocket, state)
     await websocket.accept(subprotocol=_echo_subprotocol(websocket))
-    out = Outbound(websocket, state.metrics)
+    out = Outbound(websocket, state.metrics, settings.stall_timeout_s)
     if rejection is not None:
         await _refuse(out, rejection)
         return
@@ -100,7 +100,9 @@ async def _read_loop(websocket: WebSocket, session: Session) -> None:
     while session.state is State.OPEN:
         timeout = settings.config_timeout_s if first else settings.idle_timeout_s
         try:
-            frame = await asyncio.wait_for(websocket.receive(), timeout)
+            # asyncio.timeout: wait_for (3.11) can swallow a cancel of this task
+            async with asyncio.timeout(timeout):
+                frame = await websocket.receive()
         except TimeoutError:
             if not first and session.busy():
                 continue  # audio is still being produced or played: not idle

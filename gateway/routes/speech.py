@@ -1,0 +1,621 @@
+"""OpenAI-compatible ``POST /v1/audio/speech`` and ``POST /v1/audio/speech/batch``.
+
+A request is validated into a ``SpeechPlan`` (voice resolved, format and rate
+fixed), then ``synthesize`` speaks its text segment by segment on the shared
+engine (the next segment is submitted while the current one decodes, as the
+WebSocket path does), resampling to the response rate with one
+``StreamResampler``; ``ContainerEncoder`` turns the samples into the
+response format.  Three response modes:
+
+* ``audio`` (OpenAI's default ``stream_format``, or vllm-omni's ``stream:
+  true``): a chunked body, each piece sent as soon as it is encoded;
+* ``sse``: ``speech.audio.delta`` events with base64 audio, then
+  ``speech.audio.done``;
+* ``file`` (``stream: false``): one complete file with exact headers.
+
+Scheduling: HTTP jobs are never an utterance's first chunk and their deadline
+is ``http_deadline_offset_s`` in the future, so the engine's workers (which
+serve first chunks first, then the earliest deadline) put live WebSocket
+streams ahead of them.  ``HttpSlots`` caps HTTP synthesis separately from
+the WebSocket's ``max_active_streams``.
+
+Disconnects: ``SpeechResponse`` listens for ``http.disconnect`` while it
+produces; a disconnect cancels the producer, whose ``finally`` cancels the
+engine jobs.
+
+What it must not do: compute model work on the event loop, or keep
+synthesizing for a client that left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway.audio.containers import (
+    RESPONSE_FORMATS,
+    ContainerEncoder,
+    format_support,
+    output_rate,
+)
+from gateway.audio.resample import StreamResampler
+from gateway.engines.base import (
+    AudioChunk,
+    SynthesisError,
+    SynthesisJob,
+    SynthesisRequest,
+    VoiceInfo,
+)
+from gateway.errors import ErrorCode, GatewayError
+from gateway.http_errors import (
+    check_request,
+    error_body,
+    error_response,
+    gateway_state,
+    read_body,
+)
+from gateway.metrics import Metrics
+from gateway.routes.voices import resolve_voice
+from gateway.segmenter import Segmenter, is_speakable
+from gateway.server_state import GatewayState
+from gateway.session_config import MODEL_ALIASES
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["file", "audio", "sse"]
+
+MIN_SPEED = 0.25  #: OpenAI's range
+MAX_SPEED = 4.0
+SAMPLE_RATE_HEADER = "X-Sample-Rate"
+_SSE_MEDIA_TYPE = "text/event-stream"
+_request_ids = itertools.count(1)
+
+
+class VoiceRef(msgspec.Struct, forbid_unknown_fields=True):
+    """OpenAI's voice object form: ``{"id": "alloy"}``."""
+
+    id: str
+
+
+class SpeechBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    input: str
+    voice: str | VoiceRef
+    model: str | None = None
+    response_format: str = "mp3"
+    speed: float = 1.0
+    instructions: str | None = None
+    stream_format: str | None = None
+    stream: bool | None = None
+    sample_rate: int | None = None
+    language: str | None = None
+
+
+@dataclass(frozen=True)
+class SpeechPlan:
+    text: str
+    voice: VoiceInfo
+    speed: float
+    response_format: str
+    sample_rate: int
+    mode: Mode
+
+
+class HttpSlots:
+    """HTTP synthesis running at once (``max_http_streams``), on the
+    ``gateway_http_streams_active`` gauge.  Single requests are refused when
+    full; batch items wait for a slot."""
+
+    def __init__(self, limit: int, metrics: Metrics) -> None:
+        self.limit = limit
+        self.active = 0
+        self._metrics = metrics
+        self._freed = asyncio.Condition()
+
+    def try_acquire(self) -> bool:
+        if self.active >= self.limit:
+            return False
+        self.active += 1
+        self._metrics.http_streams_active.set(self.active)
+        return True
+
+    async def acquire(self) -> None:
+        async with self._freed:
+            await self._freed.wait_for(lambda: self.active < self.limit)
+            self.active += 1
+            self._metrics.http_streams_active.set(self.active)
+
+    async def release(self) -> None:
+        async with self._freed:
+            self.active = max(0, self.active - 1)
+            self._metrics.http_streams_active.set(self.active)
+            self._freed.notify()
+
+
+def http_slots(request: Request) -> HttpSlots:
+    slots: HttpSlots = request.app.state.http_slots
+    return slots
+
+
+# --- validation --------------------------------------------------------------------
+
+
+def _invalid(message: str, param: str) -> GatewayError:
+    return GatewayError(ErrorCode.INVALID_CONFIG, message, param=param)
+
+
+def decode_body(data: bytes | dict[str, Any]) -> SpeechBody:
+    try:
+        if isinstance(data, dict):
+            return msgspec.convert(data, SpeechBody)
+        return msgspec.json.decode(data, type=SpeechBody)
+    except msgspec.ValidationError as exc:
+        raise GatewayError(ErrorCode.INVALID_MESSAGE, str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise GatewayError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from None
+
+
+def response_mode(body: SpeechBody) -> Mode:
+    fmt = body.stream_format
+    if fmt is not None and fmt not in ("audio", "sse"):
+        raise _invalid(f"stream_format must be 'audio' or 'sse', not {fmt!r}", "stream_format")
+    if body.stream is False:
+        if fmt is not None:
+            raise _invalid("`stream: false` and `stream_format` contradict each other", "stream")
+        return "file"
+    if fmt == "sse":
+        return "sse"
+    return "audio"  # OpenAI streams the body by default; `stream: true` is the same
+
+
+def _language_ok(requested: str, voice: VoiceInfo) -> bool:
+    wanted = requested.strip().casefold().replace("_", "-")
+    if wanted == "auto":
+        return True
+    names = (voice.language, voice.language_name, *voice.language_aliases)
+    return any(wanted == n.casefold().replace("_", "-") for n in names)
+
+
+async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) -> SpeechPlan:
+    """Validate a request body into a plan, or raise ``GatewayError``."""
+    state = gateway_state(request)
+    settings, engine = state.settings, state.engine
+    if batch and (body.stream is not None or body.stream_format is not None):
+        raise _invalid(
+            "batch items are returned whole: leave out stream and stream_format", "stream"
+        )
+    mode = response_mode(body)
+    if body.model is not None and body.model not in MODEL_ALIASES and body.model != engine.name:
+        known = ", ".join(sorted(MODEL_ALIASES | {engine.name}))
+        raise _invalid(f"unknown model {body.model!r}; use one of {known}", "model")
+    text = body.input
+    if not text.strip():
+        raise _invalid("`input` is empty", "input")
+    if len(text) > settings.max_utterance_chars:
+        raise GatewayError(
+            ErrorCode.TEXT_TOO_LONG,
+            f"`input` has {len(text)} characters; the limit is {settings.max_utterance_chars}",
+            param="input",
+        )
+    if not is_speakable(text):
+        raise _invalid("`input` has nothing speakable (no letters or digits)", "input")
+    if not MIN_SPEED <= body.speed <= MAX_SPEED:
+        raise _invalid(f"speed must be {MIN_SPEED} to {MAX_SPEED}, got {body.speed}", "speed")
+    if body.instructions is not None and body.instructions.strip():
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"`instructions` cannot be honoured by the {engine.name!r} engine (it has no"
+            " style prompt); leave it empty",
+            param="instructions",
+        )
+    fmt = body.response_format
+    if fmt not in RESPONSE_FORMATS:
+        raise _invalid(
+            f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, not {fmt!r}",
+            "response_format",
+        )
+    support = format_support()
+    if not support.available[fmt]:
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"response_format {fmt!r} is not available: {support.reasons[fmt]}",
+            param="response_format",
+        )
+    if body.sample_rate is not None and not 8000 <= body.sample_rate <= 48000:
+        raise _invalid("sample_rate must be 8000 to 48000 Hz", "sample_rate")
+    try:
+        rate = output_rate(fmt, 0, body.sample_rate)
+    except ValueError as exc:
+        raise GatewayError(ErrorCode.UNSUPPORTED_OPTION, str(exc), param="sample_rate") from None
+    name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
+    voice = await resolve_voice(request, name)
+    if body.language is not None and not _language_ok(body.language, voice):
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"voice {voice.name!r} speaks {voice.language} ({voice.language_name}), not"
+            f' {body.language!r}; use "auto" or another voice',
+            param="language",
+        )
+    return SpeechPlan(text, voice, body.speed, fmt, rate, mode)
+
+
+# --- synthesis ---------------------------------------------------------------------
+
+
+def segments_of(text: str, state: GatewayState) -> list[str]:
+    segmenter = Segmenter("auto", max_chars=state.settings.max_segment_chars)
+    pieces = segmenter.push(text) + segmenter.flush()
+    return [p.strip() for p in pieces if is_speakable(p)]
+
+
+async def synthesize(
+    state: GatewayState, plan: SpeechPlan, label: str
+) -> AsyncGenerator[npt.NDArray[np.float32], None]:
+    """Audio of ``plan`` at its output rate, chunk by chunk; cancels the
+    engine jobs when closed early (disconnect, cancellation)."""
+    engine = state.engine
+    offset = state.settings.http_deadline_offset_s
+
+    def submit(text: str) -> SynthesisJob:
+        return engine.submit(
+            SynthesisRequest(
+                text=text,
+                voice=plan.voice.name,
+                speed=plan.speed,
+                alignment=False,
+                deadline=time.monotonic() + offset,
+                first_in_utterance=False,  # a WebSocket utterance's first chunk goes first
+                label=label,
+            )
+        )
+
+    segments = segments_of(plan.text, state)
+    resampler = StreamResampler(plan.voice.sample_rate, plan.sample_rate)
+    #: submitted and not finished: the current segment's job, then the next
+    jobs: list[SynthesisJob] = []
+    try:
+        for i, text in enumerate(segments):
+            if not jobs:
+                jobs.append(submit(text))
+            if i + 1 < len(segments):
+                jobs.append(submit(segments[i + 1]))  # its acoustic stage overlaps our decode
+            async for event in jobs[0]:
+                if isinstance(event, AudioChunk):
+                    out = resampler.process(event.samples)
+                    if out.size:
+                        yield out
+            jobs.pop(0)
+            state.metrics.sentences.inc()
+        tail = resampler.flush()
+        if tail.size:
+            yield tail
+    finally:
+        # closed early (a disconnect, a cancelled task): stop every job now,
+        # not when the garbage collector finalizes their iterators
+        for job in jobs:
+            job.cancel()
+
+
+async def encoded_audio(
+    state: GatewayState, plan: SpeechPlan, label: str, encoder: ContainerEncoder
+) -> AsyncGenerator[bytes, None]:
+    audio = synthesize(state, plan, label)
+    try:
+        async for samples in audio:
+            data = encoder.push(samples)
+            if data:
+                yield data
+        tail = encoder.finish()
+        if tail:
+            yield tail
+    finally:
+        await audio.aclose()
+        encoder.close()
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def sse_events(
+    state: GatewayState, plan: SpeechPlan, label: str, encoder: ContainerEncoder
+) -> AsyncGenerator[bytes, None]:
+    audio = encoded_audio(state, plan, label, encoder)
+    try:
+        async for data in audio:
+            yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+    except SynthesisError as exc:
+        error = GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
+        yield _sse({"type": "error", **error_body(error)})
+        return
+    finally:
+        await audio.aclose()
+    audio_ms = round(encoder.samples * 1000 / plan.sample_rate)
+    yield _sse(
+        {
+            "type": "speech.audio.done",
+            # no tokenizer here: input counts characters, output milliseconds
+            "usage": {
+                "input_tokens": len(plan.text),
+                "output_tokens": audio_ms,
+                "total_tokens": len(plan.text) + audio_ms,
+            },
+            "audio_ms": audio_ms,
+            "sample_rate": plan.sample_rate,
+        }
+    )
+
+
+class SpeechResponse:
+    """An ASGI response that produces its body while listening for the
+    client going away; on a disconnect the producer is cancelled (and with
+    it the engine jobs).  Headers go out with the first body piece, so a
+    failure before any audio is still a proper JSON error.  ``whole``
+    collects the body first and sends it with a Content-Length."""
+
+    def __init__(
+        self,
+        body: AsyncGenerator[bytes, None],
+        *,
+        media_type: str,
+        headers: dict[str, str],
+        state: GatewayState,
+        whole: bool = False,
+        on_close: Any = None,
+    ) -> None:
+        self.body = body
+        self.media_type = media_type
+        self.headers = headers
+        self.state = state
+        self.whole = whole
+        self.on_close = on_close
+
+    def _start(self, length: int | None) -> Message:
+        headers = [(b"content-type", self.media_type.encode())]
+        headers += [(k.lower().encode(), v.encode()) for k, v in self.headers.items()]
+        if length is not None:
+            headers.append((b"content-length", str(length).encode()))
+        return {"type": "http.response.start", "status": 200, "headers": headers}
+
+    async def _produce(self, send: Send) -> None:
+        started = False
+        try:
+            if self.whole:
+                data = b"".join([piece async for piece in self.body])
+                await send(self._start(len(data)))
+                started = True
+                await send({"type": "http.response.body", "body": data, "more_body": False})
+                self.state.metrics.bytes_sent.inc(len(data))
+                return
+            async for piece in self.body:
+                if not started:
+                    await send(self._start(None))
+                    started = True
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+                self.state.metrics.bytes_sent.inc(len(piece))
+            if not started:
+                await send(self._start(None))
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (GatewayError, SynthesisError) as exc:
+            error = (
+                exc
+                if isinstance(exc, GatewayError)
+                else GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
+            )
+            if started:
+                # the status is gone already: cut the body short so the
+                # client sees an incomplete response, never a clean end
+                log.warning("HTTP speech failed mid-response: %s", error.message)
+                raise
+            response = error_response(error, self.state)
+            await response({"type": "http"}, _never_receive, send)
+        finally:
+            await self.body.aclose()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def listen() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+
+        producer = asyncio.create_task(self._produce(send))
+        listener = asyncio.create_task(listen())
+        try:
+            await asyncio.wait({producer, listener}, return_when=asyncio.FIRST_COMPLETED)
+            if not producer.done():
+                log.info("HTTP client went away: speech work stopped")
+                producer.cancel()
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+            with contextlib.suppress(asyncio.CancelledError):
+                await producer
+        finally:
+            if not producer.done():
+                producer.cancel()
+                await asyncio.gather(producer, return_exceptions=True)
+            if self.on_close is not None:
+                await self.on_close()
+
+
+async def _never_receive() -> Message:
+    await asyncio.Event().wait()
+    return {"type": "http.disconnect"}
+
+
+# --- routes ------------------------------------------------------------------------
+
+
+def _headers(plan: SpeechPlan) -> dict[str, str]:
+    return {SAMPLE_RATE_HEADER: str(plan.sample_rate), "Cache-Control": "no-store"}
+
+
+async def speech(request: Request) -> Response | SpeechResponse:
+    state = gateway_state(request)
+    if (refused := check_request(request)) is not None:
+        return error_response(refused, state)
+    try:
+        raw = await read_body(request, state.settings.max_message_bytes)
+        plan = await make_plan(request, decode_body(raw))
+    except GatewayError as exc:
+        return error_response(exc, state)
+    slots = http_slots(request)
+    if not slots.try_acquire():
+        return error_response(
+            GatewayError(
+                ErrorCode.BUSY,
+                f"{slots.limit} HTTP speech requests are in progress; retry shortly",
+            ),
+            state,
+        )
+    label = f"http-{next(_request_ids)}"
+    encoder = ContainerEncoder(plan.response_format, plan.sample_rate, stream=plan.mode != "file")
+    body = (
+        sse_events(state, plan, label, encoder)
+        if plan.mode == "sse"
+        else encoded_audio(state, plan, label, encoder)
+    )
+    headers = _headers(plan)
+    if plan.response_format == "pcm":
+        headers["X-Audio-Encoding"] = "pcm_s16le"
+    return SpeechResponse(
+        body,
+        media_type=_SSE_MEDIA_TYPE if plan.mode == "sse" else encoder.media_type,
+        headers=headers,
+        state=state,
+        whole=plan.mode == "file",
+        on_close=slots.release,
+    )
+
+
+async def _batch_item(
+    request: Request,
+    index: int,
+    fields: dict[str, Any],
+    limit: asyncio.Semaphore,
+) -> dict[str, Any]:
+    state = gateway_state(request)
+    slots = http_slots(request)
+    try:
+        plan = await make_plan(request, decode_body(fields), batch=True)
+        plan = SpeechPlan(
+            plan.text, plan.voice, plan.speed, plan.response_format, plan.sample_rate, "file"
+        )
+        async with limit:
+            await slots.acquire()
+            try:
+                encoder = ContainerEncoder(plan.response_format, plan.sample_rate, stream=False)
+                label = f"http-batch-{next(_request_ids)}"
+                audio = encoded_audio(state, plan, label, encoder)
+                try:
+                    data = b"".join([piece async for piece in audio])
+                finally:
+                    await audio.aclose()
+            finally:
+                await slots.release()
+    except GatewayError as exc:
+        state.metrics.errors.labels(code=str(exc.code)).inc()
+        return {"index": index, "status": "error", **error_body(exc)}
+    except SynthesisError as exc:
+        error = GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
+        state.metrics.errors.labels(code=str(error.code)).inc()
+        return {"index": index, "status": "error", **error_body(error)}
+    return {
+        "index": index,
+        "status": "ok",
+        "media_type": encoder.media_type,
+        "response_format": plan.response_format,
+        "sample_rate": plan.sample_rate,
+        "voice": plan.voice.name,
+        "audio_ms": round(encoder.samples * 1000 / plan.sample_rate, 1),
+        "audio": base64.b64encode(data).decode(),
+    }
+
+
+def _batch_items(request: Request, raw: bytes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    settings = gateway_state(request).settings
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise GatewayError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+        raise GatewayError(
+            ErrorCode.INVALID_MESSAGE,
+            "the body must be an object with an `items` array (and shared defaults)",
+            param="items",
+        )
+    items: list[Any] = doc.pop("items")
+    if not items:
+        raise _invalid("`items` is empty", "items")
+    if len(items) > settings.max_batch_items:
+        raise _invalid(
+            f"{len(items)} items; a batch holds at most {settings.max_batch_items}", "items"
+        )
+    total = sum(len(i.get("input", "")) for i in items if isinstance(i, dict))
+    if total > settings.max_batch_chars:
+        raise GatewayError(
+            ErrorCode.TEXT_TOO_LONG,
+            f"the batch has {total} input characters; the limit is {settings.max_batch_chars}",
+            param="items",
+        )
+    return items, doc
+
+
+async def speech_batch(request: Request) -> Response | SpeechResponse:
+    state = gateway_state(request)
+    if (refused := check_request(request)) is not None:
+        return error_response(refused, state)
+    limit_bytes = max(state.settings.max_message_bytes, 8 * state.settings.max_batch_chars)
+    try:
+        items, defaults = _batch_items(request, await read_body(request, limit_bytes))
+    except GatewayError as exc:
+        return error_response(exc, state)
+    concurrency = asyncio.Semaphore(state.settings.batch_concurrency)
+
+    async def run(index: int, item: Any) -> dict[str, Any]:
+        if not isinstance(item, dict):
+            error = GatewayError(ErrorCode.INVALID_MESSAGE, "a batch item must be an object")
+            return {"index": index, "status": "error", **error_body(error)}
+        return await _batch_item(request, index, {**defaults, **item}, concurrency)
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        results = await asyncio.gather(*(run(i, item) for i, item in enumerate(items)))
+        ok = sum(1 for r in results if r["status"] == "ok")
+        yield json.dumps(
+            {"object": "list", "succeeded": ok, "failed": len(results) - ok, "data": results}
+        ).encode()
+
+    return SpeechResponse(
+        body(), media_type="application/json", headers={}, state=state, whole=True
+    )
+
+
+def speech_routes() -> list[Route]:
+    return [
+        Route("/v1/audio/speech", speech, methods=["POST"]),
+        Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
+    ]
+
+
+def log_format_support() -> None:
+    support = format_support()
+    log.info(
+        "HTTP formats with libsndfile %s: %s",
+        support.libsndfile_version,
+        ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in support.available.items()),
+    )

@@ -1,0 +1,183 @@
+"""Transport backpressure, the stall timeout and the session buffer, on a
+real server with a client whose receive buffer is small (``SO_RCVBUF`` 4 KiB)
+and that stops reading.
+
+Memory is measured as the test process's RSS: the servers run in-process
+(they share the warmed Piper engine, as every server test does), so the
+server's growth is the process's growth; the raw client keeps nothing
+(unread bytes stay in kernel socket buffers), so the figure is an upper bound
+on the server's own growth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.engines.base import Engine
+from gateway.session import Session
+from tests.conftest import RunningServer
+from tests.helpers import Transcript, open_ws, recv_until, send
+from tests.rawws import Closed, RawClient
+
+PARAGRAPH = (
+    "The old lighthouse stood at the edge of the cliff for a hundred years. "
+    "Every night its lamp turned slowly over the dark water, and the keeper wrote "
+    "the weather in a thick book beside the stairs. "
+    "Sailors far away counted the flashes and knew where the rocks were. "
+    "One winter a storm broke the glass and the keeper climbed up to fix it, "
+    "holding the rail with one hand and the lantern with the other. "
+    "By morning the sea was calm again and the gulls came back to the harbour."
+)
+CONFIG = {"response_format": "pcm", "stream_audio": True, "frame_ms": 20, "framing": "tagged"}
+HEADER = struct.Struct("<BBHIIQ")
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _only_session(server: RunningServer) -> Session:
+    sessions = list(server.state.live_sessions)
+    assert len(sessions) == 1
+    session: Session = sessions[0]
+    return session
+
+
+def _chunks_decoded(session: Session) -> int:
+    """Chunks decoded for the session's live segments (the engine counts them
+    inside the decode worker)."""
+    total = 0
+    for stream in session._streams():
+        for seg in [stream.current, *stream.queue]:
+            if seg is not None and seg.job is not None:
+                total += seg.job.stats.chunks_decoded
+    return total
+
+
+async def _until_stable(read: Callable[[], Any], quiet_s: float, limit_s: float) -> Any:
+    """Poll ``read()`` until it has not changed for ``quiet_s``."""
+    value = read()
+    since = time.monotonic()
+    async with asyncio.timeout(limit_s):
+        while time.monotonic() - since < quiet_s:
+            await asyncio.sleep(0.1)
+            now = read()
+            if now != value:
+                value, since = now, time.monotonic()
+    return value
+
+
+async def _reference_payloads(server: RunningServer) -> list[bytes]:
+    async with await open_ws(server.ws_url) as ws:
+        await ws.recv()
+        await send(ws, type="session.config", **CONFIG)
+        await send(ws, type="input.text", text=PARAGRAPH)
+        await send(ws, type="input.done")
+        t = await recv_until(ws, Transcript())
+    return t.binary
+
+
+async def _start_raw(server: RunningServer) -> RawClient:
+    client = RawClient(server.ws_url, rcvbuf=4096)
+    await client.connect()
+    assert isinstance(await client.recv(), dict)  # session.created
+    await client.send_json(type="session.config", **CONFIG)
+    await client.send_json(type="input.text", text=PARAGRAPH)
+    await client.send_json(type="input.done")
+    while not isinstance(await client.recv(), bytes):  # the first audio frame
+        pass
+    return client
+
+
+def _check_in_order(frames: list[bytes]) -> None:
+    for expected, frame in enumerate(frames):
+        _, _, _, _, sequence, _ = HEADER.unpack_from(frame)
+        assert sequence == expected
+
+
+async def test_stalled_reader_bounds_memory_and_decode_then_resumes_in_order(
+    server_factory: Callable[..., RunningServer], piper_engine: Engine
+) -> None:
+    server = server_factory(stall_timeout_s=60.0)
+    reference = await _reference_payloads(server)
+    client = await _start_raw(server)
+    try:
+        session = _only_session(server)
+        rss_before = _rss_bytes()
+        # the client reads nothing more: sends block, then decode stops
+        decoded = await _until_stable(lambda: _chunks_decoded(session), 1.5, 30)
+        sent = await _until_stable(lambda: session.out._metrics.frames_sent._value.get(), 1.0, 10)
+        assert _chunks_decoded(session) == decoded
+        growth = _rss_bytes() - rss_before
+        buffered = session.buffered_ms()
+        print(f"stalled: rss growth {growth / 1e6:.1f} MB, buffered {buffered:.0f} ms")
+        assert growth < 20e6
+        assert session.out.gone is False
+        # the server holds at most its bound plus one stream's engine lookahead
+        assert buffered < server.settings.max_buffered_ms + 3 * 750
+        assert sent == session.out._metrics.frames_sent._value.get()
+        # reading resumes: every frame arrives, in order, identical
+        frames = [reference[0]]
+        received_before = 1
+        events: list[dict[str, Any]] = []
+        async with asyncio.timeout(60):
+            while not any(e["type"] == "session.done" for e in events):
+                message = await client.recv()
+                assert not isinstance(message, Closed)
+                if isinstance(message, bytes):
+                    frames.append(message)
+                else:
+                    events.append(message)
+        # most of the utterance was held back while the client did not read
+        assert len(frames) - received_before > len(reference) // 2
+        _check_in_order(frames)
+        assert [f[HEADER.size :] for f in frames] == [f[HEADER.size :] for f in reference]
+        assert events[-1]["cancelled"] is False
+    finally:
+        client.close()
+
+
+async def test_stall_timeout_closes_4008_and_frees_the_session(
+    server_factory: Callable[..., RunningServer], piper_engine: Engine
+) -> None:
+    server = server_factory(stall_timeout_s=1.0)
+    baseline_jobs = piper_engine.live_jobs()
+    # a client that resumes reading within the close timeout sees the close
+    client = await _start_raw(server)
+    session = _only_session(server)
+    async with asyncio.timeout(30):
+        while not session.out.stalled:
+            await asyncio.sleep(0.05)
+    frames = 1
+    async with asyncio.timeout(10):
+        while True:
+            message = await client.recv()
+            if isinstance(message, Closed):
+                break
+            frames += isinstance(message, bytes)
+    client.close()
+    assert message.code == 4008
+    assert frames > 10
+    # a client that never reads again: aborted after the close timeout
+    silent = await _start_raw(server)
+    session = _only_session(server)
+    async with asyncio.timeout(30):
+        while not session.out.stalled:
+            await asyncio.sleep(0.05)
+    stalled_at = time.monotonic()
+    async with asyncio.timeout(10):
+        while server.state.sessions:
+            await asyncio.sleep(0.05)
+    freed_after = time.monotonic() - stalled_at
+    print(f"session freed {freed_after:.2f} s after the stall")
+    assert freed_after < 4.0
+    async with asyncio.timeout(10):
+        while piper_engine.live_jobs() > baseline_jobs:
+            await asyncio.sleep(0.05)
+    silent.close()

@@ -1,0 +1,144 @@
+"""Graceful shutdown of a real ``python -m gateway serve`` process on SIGTERM,
+mid-utterance.
+
+The synthetic engine is used: this is about lifecycle, not speech, and its
+tones have realistic durations (60 ms per character) while costing no CPU.
+Sessions use ``realtime`` flow control so their audio takes wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from tests.helpers import Transcript, open_ws, send
+
+ROOT = Path(__file__).resolve().parent.parent
+REALTIME = {
+    "response_format": "pcm",
+    "stream_audio": True,
+    "frame_ms": 20,
+    "flow_control": "realtime",
+    "max_lead_ms": 300,
+    "split_granularity": "sentence",
+}
+SHORT = "This one is short and it ends soon."  # about 2 s of audio
+LONG = " ".join(["This utterance is far too long to finish while the server drains."] * 4)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _speaking(url: str, text: str, done: bool) -> ClientConnection:
+    ws = await open_ws(url)
+    await ws.recv()
+    await send(ws, type="session.config", **REALTIME)
+    await ws.recv()
+    await send(ws, type="input.text", text=text)
+    if done:
+        await send(ws, type="input.done")
+    while not isinstance(await ws.recv(), bytes):
+        pass
+    return ws
+
+
+async def _until_closed(ws: ClientConnection) -> tuple[Transcript, int | None]:
+    t = Transcript()
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                raw = await ws.recv()
+                t.items.append(raw if isinstance(raw, bytes) else json.loads(raw))
+    except ConnectionClosed as closed:
+        return t, closed.rcvd.code if closed.rcvd else None
+
+
+def test_sigterm_drains_then_exits_0(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "GATEWAY_ENGINE": "synthetic",
+        "GATEWAY_DRAIN_TIMEOUT_S": "4",
+        "GATEWAY_DATA_DIR": str(tmp_path),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        results: dict[str, Any] = {}
+
+        async def scenario() -> None:
+            finishing = await _speaking(url, SHORT, done=True)
+            open_text = await _speaking(url, SHORT + " And more", done=False)
+            too_long = await _speaking(url, LONG, done=True)
+            proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            async with httpx.AsyncClient() as http:
+                while (await http.get(f"{base}/readyz")).status_code != 503:
+                    assert time.monotonic() - signalled < 1.0
+            results["ready_503_after"] = time.monotonic() - signalled
+            refused = await open_ws(url)
+            results["refused"] = json.loads(await refused.recv())
+            try:
+                await refused.recv()
+            except ConnectionClosed as closed:
+                results["refused_code"] = closed.rcvd.code if closed.rcvd else None
+            outcomes = await asyncio.gather(
+                _until_closed(finishing), _until_closed(open_text), _until_closed(too_long)
+            )
+            results["outcomes"] = outcomes
+            results["closed_after"] = time.monotonic() - signalled
+
+        asyncio.run(scenario())
+        exit_code = proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.communicate()[0]
+    assert exit_code == 0, output
+    assert results["ready_503_after"] < 1.0
+    assert results["refused"]["code"] == "busy" and results["refused_code"] == 1013
+    (finished, code_a), (cancelled, code_b), (cut, code_c) = results["outcomes"]
+    assert code_a == code_b == code_c == 1001
+    # input.done received: spoken to the end
+    done = finished.of("session.done")
+    assert len(done) == 1 and done[0]["cancelled"] is False
+    assert not finished.of("audio.cancelled")
+    # no input.done: cancelled and reported at once, nothing after the report
+    report = cancelled.of("audio.cancelled")[0]
+    assert (report["spoken_text"] + " " + report["unspoken_text"]).split() == (
+        SHORT + " And more"
+    ).split()
+    assert "<bin>" not in cancelled.types()[cancelled.types().index("audio.cancelled") :]
+    assert cancelled.of("session.done")[0]["cancelled"] is True
+    # input.done but longer than the drain timeout: cancelled when it expires
+    assert cut.of("audio.cancelled") and cut.of("session.done")[0]["cancelled"] is True
+    assert 3.5 < results["closed_after"] < 8.0
