@@ -21,6 +21,21 @@ import msgspec
 
 ENV_PREFIX = "GATEWAY_"
 
+#: OpenAI's voice names, aliased by default to the engine's default voice
+OPENAI_VOICES = (
+    "alloy",
+    "ash",
+    "ballad",
+    "coral",
+    "echo",
+    "fable",
+    "nova",
+    "onyx",
+    "sage",
+    "shimmer",
+    "verse",
+)
+
 
 class SettingsError(ValueError):
     """A setting is missing, malformed or out of range."""
@@ -88,6 +103,23 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     idle_timeout_s: float = 30.0
     stall_timeout_s: float = 10.0
     drain_timeout_s: float = 10.0
+    # --- HTTP API -------------------------------------------------------------
+    #: OpenAI voice names and the installed voice each speaks with
+    #: (``alias=voice``; ``default`` is the engine's default voice)
+    voice_aliases: list[str] = msgspec.field(
+        default_factory=lambda: [f"{name}=default" for name in OPENAI_VOICES]
+    )
+    #: HTTP speech responses and batch items synthesizing at once; beyond it
+    #: a request is refused with ``busy`` (batch items wait for a slot)
+    max_http_streams: int = 8
+    #: HTTP jobs are scheduled as if their audio were needed this much later
+    #: than a live WebSocket stream's, so conversations are served first
+    http_deadline_offset_s: float = 2.0
+    max_batch_items: int = 32
+    #: total ``input`` characters across a batch
+    max_batch_chars: int = 50_000
+    #: items of one batch synthesizing at once
+    batch_concurrency: int = 4
 
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [
@@ -114,6 +146,12 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.idle_timeout_s > 0, "idle_timeout_s must be > 0"),
             (self.stall_timeout_s > 0, "stall_timeout_s must be > 0"),
             (self.drain_timeout_s >= 0, "drain_timeout_s must be >= 0"),
+            (all("=" in a for a in self.voice_aliases), "voice_aliases entries are alias=voice"),
+            (self.max_http_streams >= 1, "max_http_streams must be >= 1"),
+            (self.http_deadline_offset_s >= 0, "http_deadline_offset_s must be >= 0"),
+            (self.max_batch_items >= 1, "max_batch_items must be >= 1"),
+            (self.max_batch_chars >= 1, "max_batch_chars must be >= 1"),
+            (self.batch_concurrency >= 1, "batch_concurrency must be >= 1"),
         ]
         for ok, message in checks:
             if not ok:
@@ -122,6 +160,15 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir).expanduser()
+
+    @property
+    def alias_table(self) -> dict[str, str]:
+        """``voice_aliases`` as a dict: casefolded alias -> voice name."""
+        table: dict[str, str] = {}
+        for entry in self.voice_aliases:
+            alias, _, voice = entry.partition("=")
+            table[alias.strip().casefold()] = voice.strip()
+        return table
 
 
 def field_names() -> list[str]:

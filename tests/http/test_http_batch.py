@@ -1,0 +1,69 @@
+"""POST /v1/audio/speech/batch: shared defaults, per-item overrides, mixed results."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import httpx
+
+from tests.conftest import RunningServer
+from tests.http.helpers import decode
+
+
+def test_batch_mixed_items(piper_server: RunningServer) -> None:
+    body = {
+        "model": "tts-1",
+        "voice": "alloy",
+        "response_format": "wav",
+        "items": [
+            {"input": "First item."},
+            {
+                "input": "Second item, as pcm at 16 kHz.",
+                "response_format": "pcm",
+                "sample_rate": 16000,
+            },
+            {"input": "Bad voice.", "voice": "nobody"},
+            {"input": ""},
+            {"input": "Third item, in mp3.", "response_format": "mp3", "voice": {"id": "echo"}},
+            {"input": "Streaming is refused in a batch.", "stream": True},
+            "not an object",
+            {"input": "Uses the alias table.", "instructions": "loudly"},
+        ],
+    }
+    response = httpx.post(piper_server.http + "/v1/audio/speech/batch", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    results = doc["data"]
+    assert [r["index"] for r in results] == list(range(8))
+    status = [r["status"] for r in results]
+    assert status == ["ok", "ok", "error", "error", "ok", "error", "error", "error"]
+    assert doc["succeeded"] == 3 and doc["failed"] == 5
+    wav = results[0]
+    assert wav["media_type"] == "audio/wav"
+    audio, rate = decode(base64.b64decode(wav["audio"]), "wav")
+    assert rate == 24000 and abs(len(audio) * 1000 / rate - wav["audio_ms"]) < 1
+    pcm = results[1]
+    assert pcm["sample_rate"] == 16000 and pcm["media_type"] == "audio/pcm"
+    assert results[4]["media_type"] == "audio/mpeg"
+    decode(base64.b64decode(results[4]["audio"]), "mp3")
+    assert results[2]["error"]["code"] == "unknown_voice"
+    assert results[3]["error"]["code"] == "invalid_config"
+    assert results[5]["error"]["param"] == "stream"
+    assert results[6]["error"]["code"] == "invalid_message"
+    assert results[7]["error"]["code"] == "unsupported_option"
+
+
+def test_batch_limits(server_factory: Callable[..., RunningServer]) -> None:
+    server = server_factory(max_batch_items=2, max_batch_chars=30)
+    url = server.http + "/v1/audio/speech/batch"
+    many = {"voice": "joe", "items": [{"input": "a"}] * 3}
+    response = httpx.post(url, json=many, timeout=30)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "items"
+    long = {"voice": "joe", "items": [{"input": "x" * 20}, {"input": "y" * 20}]}
+    response = httpx.post(url, json=long, timeout=30)
+    assert response.json()["error"]["code"] == "text_too_long"
+    response = httpx.post(url, content=b"{nope", timeout=30)
+    assert response.json()["error"]["code"] == "invalid_json"
+    response = httpx.post(url, json={"voice": "joe"}, timeout=30)
+    assert response.json()["error"]["code"] == "invalid_message"

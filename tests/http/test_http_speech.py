@@ -1,0 +1,277 @@
+"""POST /v1/audio/speech with the official OpenAI client: formats, streaming,
+SSE, errors in OpenAI's shape, disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import time
+from collections.abc import Callable
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from gateway.audio.containers import RESPONSE_FORMATS, format_support
+from tests.conftest import RunningServer
+from tests.http.helpers import API_KEY, decode, metric
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+LONG = " ".join(
+    f"Sentence number {i} is here to make the input long enough to stream in pieces."
+    for i in range(12)
+)
+#: encoder padding and priming (MP3 adds about a frame, Opus pre-skip is removed)
+TOLERANCE_MS = 120.0
+
+
+def client(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.http + "/v1", api_key=API_KEY, max_retries=0)
+
+
+def engine_audio_ms(server: RunningServer, text: str) -> float:
+    """The audio length the server reports for ``text`` (SSE ``audio_ms``)."""
+    response = httpx.post(
+        server.http + "/v1/audio/speech",
+        json={
+            "model": "tts-1",
+            "voice": "alloy",
+            "input": text,
+            "response_format": "pcm",
+            "stream_format": "sse",
+        },
+        timeout=60,
+    )
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line]
+    done = events[-1]
+    assert done["type"] == "speech.audio.done"
+    return float(done["audio_ms"])
+
+
+PROMISED = ("mp3", "opus", "flac", "wav", "pcm")
+
+
+def test_promised_formats_are_present_under_ci() -> None:
+    support = format_support()
+    missing = [f for f in PROMISED if not support.available[f]]
+    if os.environ.get("CI") == "true":
+        assert not missing, f"libsndfile {support.libsndfile_version} lacks {missing}"
+    elif missing:
+        pytest.skip(f"libsndfile {support.libsndfile_version} lacks {missing}")
+    assert not support.available["aac"]
+
+
+@pytest.mark.parametrize("response_format", PROMISED)
+def test_sdk_create_each_format(piper_server: RunningServer, response_format: str) -> None:
+    if not format_support().available[response_format]:
+        pytest.skip(f"{response_format} unavailable in this libsndfile")
+    expected_ms = engine_audio_ms(piper_server, TEXT)
+    # the default is a streamed body (OpenAI's stream_format "audio"); a
+    # streamed FLAC has no total length, which libsndfile's reader needs, so
+    # FLAC is also asked for whole (stream: false)
+    extra = {"stream": False} if response_format == "flac" else None
+    response = client(piper_server).audio.speech.create(
+        model="tts-1",
+        voice="alloy",
+        input=TEXT,
+        response_format=response_format,  # type: ignore[arg-type]
+        extra_body=extra,
+    )
+    rate = int(response.response.headers["x-sample-rate"])
+    assert rate == 24_000
+    audio, sr = decode(response.content, response_format, rate)
+    assert sr == rate
+    assert abs(len(audio) * 1000 / sr - expected_ms) <= TOLERANCE_MS
+    assert np.abs(audio).max() > 0.05  # speech, not silence
+
+
+def test_streamed_flac_has_unknown_length_header(piper_server: RunningServer) -> None:
+    data = client(piper_server).audio.speech.create(
+        model="tts-1", voice="alloy", input=TEXT, response_format="flac"
+    ).content
+    assert data[:4] == b"fLaC"
+    streaminfo = data[8:42]
+    total_samples = int.from_bytes(streaminfo[13:18], "big") & ((1 << 36) - 1)
+    assert total_samples == 0  # "unknown" in the FLAC specification
+    assert len(data) > 1000
+
+
+def test_pcm_is_24k_unless_sample_rate(piper_server: RunningServer) -> None:
+    sdk = client(piper_server)
+    response = sdk.audio.speech.create(
+        model="gpt-4o-mini-tts", voice={"id": "echo"}, input=TEXT, response_format="pcm"
+    )
+    assert response.response.headers["x-sample-rate"] == "24000"
+    response = sdk.audio.speech.create(
+        model="tts-1-hd",
+        voice="joe",
+        input=TEXT,
+        response_format="pcm",
+        extra_body={"sample_rate": 16000},
+    )
+    assert response.response.headers["x-sample-rate"] == "16000"
+    at_16k = len(response.content) / 2 / 16000
+    assert abs(at_16k * 1000 - engine_audio_ms(piper_server, TEXT)) <= TOLERANCE_MS
+
+
+def test_speed_shortens_audio(piper_server: RunningServer) -> None:
+    sdk = client(piper_server)
+    normal = sdk.audio.speech.create(model="tts-1", voice="joe", input=TEXT, response_format="pcm")
+    fast = sdk.audio.speech.create(
+        model="tts-1", voice="joe", input=TEXT, response_format="pcm", speed=2.0
+    )
+    assert len(fast.content) < 0.7 * len(normal.content)
+
+
+def test_streaming_response_first_chunk_while_synthesizing(piper_server: RunningServer) -> None:
+    sdk = client(piper_server)
+    with sdk.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=LONG, response_format="pcm"
+    ) as response:
+        assert response.headers["x-sample-rate"] == "24000"
+        chunks = response.iter_bytes()
+        first = next(chunks)
+        assert first
+        # the response is still being produced: the server says so
+        assert metric(piper_server.http, "gateway_http_streams_active") >= 1
+        assert metric(piper_server.http, "gateway_engine_live_jobs") >= 1
+        total = len(first) + sum(len(c) for c in chunks)
+    assert total / 2 / 24000 > 10  # the whole long input arrived
+    deadline = time.monotonic() + 5
+    while metric(piper_server.http, "gateway_http_streams_active") > 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_sse_events(piper_server: RunningServer) -> None:
+    with httpx.stream(
+        "POST",
+        piper_server.http + "/v1/audio/speech",
+        json={
+            "model": "tts-1",
+            "voice": "alloy",
+            "input": TEXT,
+            "response_format": "pcm",
+            "stream_format": "sse",
+        },
+        timeout=60,
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-sample-rate"] == "24000"
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line]
+    kinds = [e["type"] for e in events]
+    assert kinds[-1] == "speech.audio.done" and set(kinds[:-1]) == {"speech.audio.delta"}
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert abs(len(pcm) / 2 / 24 - events[-1]["audio_ms"]) < 1
+    usage = events[-1]["usage"]
+    assert usage["input_tokens"] == len(TEXT)
+
+
+def test_stream_true_is_a_streamed_body(piper_server: RunningServer) -> None:
+    response = httpx.post(
+        piper_server.http + "/v1/audio/speech",
+        json={"voice": "joe", "input": TEXT, "response_format": "wav", "stream": True},
+        timeout=60,
+    )
+    assert response.status_code == 200
+    assert "content-length" not in response.headers
+    audio, sr = decode(response.content, "wav")
+    assert sr == 24000 and len(audio) > sr
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "param"),
+    [
+        ({"voice": "nobody"}, 400, "unknown_voice", "voice"),
+        ({"response_format": "aac"}, 400, "unsupported_option", "response_format"),
+        ({"response_format": "ogg"}, 400, "invalid_config", "response_format"),
+        ({"instructions": "whisper it"}, 400, "unsupported_option", "instructions"),
+        ({"speed": 9}, 400, "invalid_config", "speed"),
+        ({"model": "tts-9"}, 400, "invalid_config", "model"),
+        ({"response_format": "opus", "sample_rate": 22050}, 400, "unsupported_option", None),
+        ({"language": "de"}, 400, "unsupported_option", "language"),
+        ({"input": ""}, 400, "invalid_config", "input"),
+        ({"input": "x" * 20001}, 400, "text_too_long", "input"),
+        ({"surprise": 1}, 400, "invalid_message", None),
+    ],
+)
+def test_errors_in_openai_shape(
+    piper_server: RunningServer, body: dict[str, object], status: int, code: str, param: str | None
+) -> None:
+    request = {"model": "tts-1", "voice": "alloy", "input": TEXT} | body
+    response = httpx.post(piper_server.http + "/v1/audio/speech", json=request, timeout=30)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == code and error["type"] == "invalid_request_error"
+    if param is not None:
+        assert error["param"] == param
+
+
+def test_unknown_voice_lists_available_and_sdk_raises(piper_server: RunningServer) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client(piper_server).audio.speech.create(model="tts-1", voice="nobody", input=TEXT)
+    message = str(info.value)
+    assert "joe" in message and "alloy" in message
+
+
+def test_empty_instructions_are_accepted(piper_server: RunningServer) -> None:
+    response = client(piper_server).audio.speech.create(
+        model="tts-1", voice="alloy", input="Hi there.", instructions="", response_format="wav"
+    )
+    assert decode(response.content, "wav")[1] == 24000
+
+
+def test_busy_beyond_max_http_streams(server_factory: Callable[..., RunningServer]) -> None:
+    server = server_factory(max_http_streams=1)
+    with httpx.stream(
+        "POST",
+        server.http + "/v1/audio/speech",
+        json={"voice": "joe", "input": LONG * 8, "response_format": "pcm"},
+        timeout=60,
+    ) as first:
+        chunks = first.iter_bytes()  # kept: a dropped iterator closes the connection
+        next(chunks)
+        assert metric(server.http, "gateway_http_streams_active") == 1
+        second = httpx.post(
+            server.http + "/v1/audio/speech",
+            json={"voice": "joe", "input": TEXT, "response_format": "pcm"},
+            timeout=30,
+        )
+        assert second.status_code == 503
+        assert second.json()["error"]["code"] == "busy"
+
+
+async def test_disconnect_stops_engine_work(piper_server: RunningServer) -> None:
+    def live() -> float:
+        return metric(piper_server.http, "gateway_engine_live_jobs")
+
+    baseline_deadline = time.monotonic() + 10
+    while live() > 0:
+        assert time.monotonic() < baseline_deadline
+        await asyncio.sleep(0.05)
+    sentences_before = metric(piper_server.http, "gateway_sentences_total")
+    segments = 12 * 8
+    async with httpx.AsyncClient(timeout=60) as http, http.stream(
+        "POST",
+        piper_server.http + "/v1/audio/speech",
+        json={"voice": "joe", "input": LONG * 8, "response_format": "pcm"},
+    ) as response:
+        async for chunk in response.aiter_bytes():
+            assert chunk
+            break
+        assert live() >= 1
+        # leaving the block closes the connection mid-body
+    deadline = time.monotonic() + 5
+    while live() > 0 or metric(piper_server.http, "gateway_http_streams_active") > 0:
+        assert time.monotonic() < deadline, "engine work went on after the client left"
+        await asyncio.sleep(0.05)
+    spoken = metric(piper_server.http, "gateway_sentences_total") - sentences_before
+    assert spoken < segments / 2, f"{spoken} of {segments} segments synthesized"
+
+
+def test_every_format_is_known() -> None:
+    assert set(PROMISED) | {"aac"} == set(RESPONSE_FORMATS)
