@@ -88,13 +88,26 @@ class FlowWindow:
     end: int
 
 
-def plan_flow_windows(frames: int, first: int) -> list[FlowWindow]:
-    """The first window covers what the first decode chunk needs; one more
-    window covers the rest (each extra window costs 2 x context of compute)."""
+#: frames the second flow window covers: enough for the second and third
+#: decode chunks with the default schedule, so they need not wait for the
+#: flow of a long segment's whole remainder
+SECOND_FLOW_WINDOW = 96
+
+
+def plan_flow_windows(
+    frames: int, first: int, second: int = SECOND_FLOW_WINDOW
+) -> list[FlowWindow]:
+    """The first window covers what the first decode chunk needs, the second
+    the next ``second`` frames, one more the rest (each extra window costs
+    2 x context of compute; without the middle one the second chunk of a
+    long segment waited for the whole remaining flow and played late)."""
     first = max(1, min(frames, first))
     windows = [FlowWindow(0, first)]
-    if first < frames:
-        windows.append(FlowWindow(first, frames))
+    middle = min(frames, first + second)
+    if first < middle:
+        windows.append(FlowWindow(first, middle))
+    if middle < frames:
+        windows.append(FlowWindow(middle, frames))
     return windows
 
 
