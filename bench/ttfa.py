@@ -3,8 +3,9 @@ whole-sentence synthesis measured in the same run.
 
     .venv/bin/python bench/ttfa.py --runs 50
 
-Starts ``python -m gateway serve`` on a free loopback port (the real server,
-default engine), then for each run sends the 15-word sentence as one
+The client is ``gateway.client`` (the harness's too), so both measure time
+to first audio the same way.  Starts ``python -m gateway serve`` on a free
+loopback port (the real server, default engine), then for each run sends the 15-word sentence as one
 ``input.text`` followed at once by ``input.done`` (config: ``pcm``,
 ``stream_audio``, ``frame_ms`` 20, ``split_granularity`` "sentence", native
 rate) and times ``input.done`` sent -> first binary frame received.  Then,
@@ -28,7 +29,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-import websockets
+import msgspec
+
+from gateway.client import LOW_LATENCY, AudioFrame, Client
+from gateway.protocol import SessionDone
 
 SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,43 +51,23 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 async def _gateway_runs(url: str, runs: int, warmup: int) -> list[float]:
+    config = msgspec.structs.replace(LOW_LATENCY, split_granularity="sentence")
     results: list[float] = []
-    async with websockets.connect(url, max_size=None, compression=None) as ws:
-        await ws.recv()  # session.created
-        config = {
-            "type": "session.config",
-            "response_format": "pcm",
-            "stream_audio": True,
-            "frame_ms": 20,
-            "split_granularity": "sentence",
-        }
-        await ws.send(json.dumps(config))
-        await ws.recv()  # session.updated
+    async with await Client.connect(url, config) as tts:
         for i in range(warmup + runs):
-            await ws.send(json.dumps({"type": "input.text", "text": SENTENCE}))
-            t0 = time.perf_counter()
-            await ws.send(json.dumps({"type": "input.done"}))
+            await tts.send_text(SENTENCE)
+            t0 = await tts.done()
             first: float | None = None
-            while True:
-                message = await ws.recv()
-                if isinstance(message, bytes):
-                    if first is None:
-                        first = time.perf_counter() - t0
-                    continue
-                if json.loads(message)["type"] == "session.done":
+            async for event in tts.events():
+                if isinstance(event, AudioFrame) and first is None:
+                    first = event.received_at - t0  # stamped when taken off the socket
+                elif isinstance(event, SessionDone):
                     break
             assert first is not None
             if i >= warmup:
                 results.append(first * 1000)
-                print(
-                    json.dumps(
-                        {
-                            "kind": "gateway_ttfa_ms",
-                            "run": i - warmup,
-                            "value": round(first * 1000, 2),
-                        }
-                    )
-                )
+                record = {"kind": "gateway_ttfa_ms", "run": i - warmup, "value": first * 1000}
+                print(json.dumps(record))
     return results
 
 

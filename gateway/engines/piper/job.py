@@ -97,6 +97,7 @@ class PiperJob(SynthesisJob):
         #: set once word timings were delivered (or none are due): the first
         #: chunk waits for it so the timings always come first
         self._aligned = threading.Event()
+        self._idle_s = 0.0  #: acoustic thread time spent waiting, not computing
         # decode state (guarded by _lock)
         self._windows: list[ChunkWindow] = []
         self._latent: np.ndarray | None = None
@@ -186,7 +187,8 @@ class PiperJob(SynthesisJob):
             log.exception("acoustic stage failed (%s)", self.request.label)
             self._finish(SynthesisError(f"synthesis failed: {exc}"))
             return
-        self.stats.acoustic_ms = (time.perf_counter() - started) * 1e3
+        # compute time only: the wait for the first chunk is not acoustic work
+        self.stats.acoustic_ms = (time.perf_counter() - started - self._idle_s) * 1e3
 
     def _acoustic(self, run_options: ort.RunOptions) -> None:
         voice = self.voice
@@ -227,8 +229,10 @@ class PiperJob(SynthesisJob):
                 self.stats.extra["flow_first_ms"] = (time.perf_counter() - t0) * 1e3
                 # on a small CPU the rest of the flow would halve the first
                 # chunk's speed; time to first audio comes first
+                waited = time.perf_counter()
                 self._first_decoded.wait(FIRST_CHUNK_WAIT_S)
-        self.stats.extra["flow_ms"] = (time.perf_counter() - t0) * 1e3
+                self._idle_s += time.perf_counter() - waited
+        self.stats.extra["flow_ms"] = (time.perf_counter() - t0 - self._idle_s) * 1e3
 
     def _deliver_alignment(
         self, phonemes: list[str], spans: list[tuple[int, int] | None], encoded: Encoded
