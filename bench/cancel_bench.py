@@ -35,9 +35,7 @@ import os
 import platform
 import random
 import re
-import socket
-import subprocess
-import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -45,19 +43,14 @@ from typing import Any
 
 import websockets
 
-ROOT = Path(__file__).resolve().parent.parent
+from gateway.bench.runner import free_port, gateway_command, started
+
 PARAGRAPH = (
     "The old lighthouse stood at the edge of the cliff for a hundred years. "
     "Every night its lamp turned slowly over the dark water. "
     "Sailors far away counted the flashes and knew where the rocks were. "
     "One winter a storm broke the glass and the keeper climbed up to fix it."
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -232,30 +225,13 @@ def main() -> None:
             }
         )
     )
-    port = _free_port()
-    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
-    try:
-        for _ in range(1200):
-            try:
-                if urllib.request.urlopen(f"{base}/readyz").status == 200:
-                    break
-            except OSError:
-                time.sleep(0.1)
+    log = Path(tempfile.gettempdir()) / f"gateway-cancel-bench-{port}.log"
+    with started(gateway_command(port), f"{base}/readyz", log):
         asyncio.run(_scenario(base, url, "8_streaming", 8, 0, args))
         asyncio.run(_scenario(base, url, "1_cancelling_4_speaking", 1, 4, args))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
 
 if __name__ == "__main__":
     main()

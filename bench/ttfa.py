@@ -21,27 +21,19 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import msgspec
 
+from gateway.bench.runner import free_port, gateway_command, started
 from gateway.client import LOW_LATENCY, AudioFrame, Client
 from gateway.protocol import SessionDone
 
 SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -102,31 +94,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args()
-    port = _free_port()
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            raise SystemExit("server did not become ready")
+    port = free_port()
+    log = Path(tempfile.gettempdir()) / f"gateway-ttfa-{port}.log"
+    with started(gateway_command(port), f"http://127.0.0.1:{port}/readyz", log):
         url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
         gateway = asyncio.run(_gateway_runs(url, args.runs, args.warmup))
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     piper = _piper_runs(args.runs, args.warmup)
     import torch
 

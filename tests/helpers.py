@@ -10,10 +10,19 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from collections.abc import AsyncIterator, Sequence
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import soundfile as sf
 from websockets.asyncio.client import ClientConnection, connect
@@ -136,3 +145,79 @@ class FailOnMarkerEngine(Engine):
 
     def live_jobs(self) -> int:
         return self.inner.live_jobs()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class ServeProcess:
+    """A real ``python -m gateway serve`` process on a free loopback port."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/audio/speech/stream"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM, then kill if it does not exit; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+@contextmanager
+def serve_process(data_dir: Path, **settings: object) -> Iterator[ServeProcess]:
+    """Start a server with ``GATEWAY_<SETTING>`` environment overrides and
+    wait until ``/readyz`` answers 200; stopped on exit.  Output goes to a
+    log file (a pipe could fill up and block a chatty server)."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "GATEWAY_DATA_DIR": str(data_dir),
+        **{f"GATEWAY_{name.upper()}": str(value) for name, value in settings.items()},
+    }
+    log = data_dir / f"serve-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    server = ServeProcess(proc, port, log)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, server.output()
+            assert time.monotonic() < deadline, "server did not become ready"
+            try:
+                if httpx.get(server.base + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield server
+    finally:
+        server.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

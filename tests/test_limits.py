@@ -4,12 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,16 +12,9 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from tests.conftest import RunningServer
-from tests.helpers import Transcript, open_ws, recv_until, send
+from tests.helpers import Transcript, open_ws, recv_until, send, serve_process
 
-ROOT = Path(__file__).resolve().parent.parent
 STREAM = {"response_format": "pcm", "stream_audio": True, "frame_ms": 20}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _refusal(url: str, **kwargs: object) -> tuple[dict[str, object], int]:
@@ -145,45 +132,21 @@ def test_api_key_never_logged(tmp_path: Path) -> None:
     access log on: the key presented in a query string, a header and a
     subprotocol never appears in its output."""
     key = "topsecret-123"
-    port = _free_port()
-    env = {
-        **os.environ,
-        "GATEWAY_API_KEYS": key,
-        "GATEWAY_ENGINE": "synthetic",
-        "GATEWAY_LOG_LEVEL": "debug",
-        "GATEWAY_DATA_DIR": str(tmp_path),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/readyz?api_key={key}").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        httpx.get(f"{base}/healthz", headers={"Authorization": f"Bearer {key}"})
+    with serve_process(tmp_path, api_keys=key, engine="synthetic", log_level="debug") as server:
+        httpx.get(f"{server.base}/readyz?api_key={key}")
+        httpx.get(f"{server.base}/healthz", headers={"Authorization": f"Bearer {key}"})
 
         async def talk() -> None:
-            ws_url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
-            async with await open_ws(f"{ws_url}?api_key={key}") as ws:
+            async with await open_ws(f"{server.ws_url}?api_key={key}") as ws:
                 await ws.recv()
-            async with await open_ws(ws_url, subprotocols=["tts.v1", f"tts.key.{key}"]) as ws:  # type: ignore[list-item]
+            subprotocols = ["tts.v1", f"tts.key.{key}"]
+            async with await open_ws(server.ws_url, subprotocols=subprotocols) as ws:
                 await ws.recv()
-            async with await open_ws(f"{ws_url}?api_key=wrong-{key}") as ws:
+            async with await open_ws(f"{server.ws_url}?api_key=wrong-{key}") as ws:
                 await ws.recv()
 
         asyncio.run(talk())
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=30)
+    output = server.output()
     assert "GET /readyz" in output  # the access log was on
     assert "session opened" in output
     assert key not in output

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +19,8 @@ import httpx
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from tests.helpers import Transcript, open_ws, send
+from tests.helpers import Transcript, open_ws, send, serve_process
 
-ROOT = Path(__file__).resolve().parent.parent
 REALTIME = {
     "response_format": "pcm",
     "stream_audio": True,
@@ -36,12 +31,6 @@ REALTIME = {
 }
 SHORT = "This one is short and it ends soon."  # about 2 s of audio
 LONG = " ".join(["This utterance is far too long to finish while the server drains."] * 4)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _speaking(url: str, text: str, done: bool) -> ClientConnection:
@@ -69,37 +58,15 @@ async def _until_closed(ws: ClientConnection) -> tuple[Transcript, int | None]:
 
 
 def test_sigterm_drains_then_exits_0(tmp_path: Path) -> None:
-    port = _free_port()
-    env = {
-        **os.environ,
-        "GATEWAY_ENGINE": "synthetic",
-        "GATEWAY_DRAIN_TIMEOUT_S": "4",
-        "GATEWAY_DATA_DIR": str(tmp_path),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+    with serve_process(tmp_path, engine="synthetic", drain_timeout_s=4) as server:
+        base, url = server.base, server.ws_url
         results: dict[str, Any] = {}
 
         async def scenario() -> None:
             finishing = await _speaking(url, SHORT, done=True)
             open_text = await _speaking(url, SHORT + " And more", done=False)
             too_long = await _speaking(url, LONG, done=True)
-            proc.send_signal(signal.SIGTERM)
+            server.proc.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             async with httpx.AsyncClient() as http:
                 while (await http.get(f"{base}/readyz")).status_code != 503:
@@ -118,11 +85,8 @@ def test_sigterm_drains_then_exits_0(tmp_path: Path) -> None:
             results["closed_after"] = time.monotonic() - signalled
 
         asyncio.run(scenario())
-        exit_code = proc.wait(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        output = proc.communicate()[0]
+        exit_code = server.proc.wait(timeout=20)  # the one SIGTERM above, no second
+    output = server.output()
     assert exit_code == 0, output
     assert results["ready_503_after"] < 1.0
     assert results["refused"]["code"] == "busy" and results["refused_code"] == 1013

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import io
-import os
-import socket
 import sqlite3
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +15,7 @@ import soundfile as sf
 
 from gateway.voice_store import MAX_UPLOAD_BYTES
 from tests.conftest import RunningServer
+from tests.helpers import serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -189,55 +185,9 @@ def test_concurrent_uploads_of_one_name(server: RunningServer, tmp_path: Path) -
     assert len(list((tmp_path / "voices" / "audio").iterdir())) == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _serve(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    env = {
-        **os.environ,
-        "GATEWAY_DATA_DIR": str(data_dir),
-        "GATEWAY_ENGINE": "synthetic",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-        time.sleep(0.1)
-    _stop(proc)
-    raise AssertionError("server did not become ready")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    if proc.stderr is not None:
-        proc.stderr.close()
-
-
 def test_voices_survive_a_new_process_and_orphans_are_reconciled(tmp_path: Path) -> None:
-    proc, base = _serve(tmp_path)
-    try:
+    with serve_process(tmp_path, engine="synthetic") as server:
+        base = server.base
         response = httpx.post(
             base + "/v1/audio/voices",
             data={"name": "Keeper", "consent": "true"},
@@ -251,19 +201,14 @@ def test_voices_survive_a_new_process_and_orphans_are_reconciled(tmp_path: Path)
             files={"audio": ("a.wav", tone(2.0), "audio/wav")},
             timeout=30,
         ).json()
-    finally:
-        _stop(proc)
     audio_dir = tmp_path / "voices" / "audio"
     # a crash mid-upload (file renamed, row never committed) and a lost file
     (audio_dir / "0123456789abcdef0123456789abcdef.wav").write_bytes(tone(2.0))
     (audio_dir / "deadbeef.wav.tmp").write_bytes(b"partial")
     (audio_dir / f"{doomed['id']}.wav").unlink()
-    proc, base = _serve(tmp_path)
-    try:
-        listed = httpx.get(base + "/v1/audio/voices", timeout=30).json()["uploaded_voices"]
+    with serve_process(tmp_path, engine="synthetic") as server:
+        listed = httpx.get(server.base + "/v1/audio/voices", timeout=30).json()["uploaded_voices"]
         assert [v["name"] for v in listed] == ["Keeper"]
-    finally:
-        _stop(proc)
     assert sorted(p.name for p in audio_dir.iterdir()) == [f"{response.json()['id']}.wav"]
     db = sqlite3.connect(tmp_path / "voices" / "voices.sqlite3")
     try:
