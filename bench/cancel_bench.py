@@ -233,5 +233,6 @@ def main() -> None:
         asyncio.run(_scenario(base, url, "8_streaming", 8, 0, args))
         asyncio.run(_scenario(base, url, "1_cancelling_4_speaking", 1, 4, args))
 
+
 if __name__ == "__main__":
     main()

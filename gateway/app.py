@@ -99,9 +99,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     if WEB_DIR.is_dir():
         routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
     # the stall timeout reaches uvicorn's transport through this (outbound.py)
-    app = Starlette(
-        routes=routes, lifespan=lifespan, middleware=[Middleware(TransportMiddleware)]
-    )
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(TransportMiddleware)])
     app.state.gateway = state
     app.state.voice_store = voice_store
     app.state.http_slots = HttpSlots(settings.max_http_streams, state.metrics)

@@ -348,8 +348,7 @@ class VoiceStore:
 def _duplicate(name: str, what: str) -> GatewayError:
     return GatewayError(
         ErrorCode.INVALID_STATE,
-        f"a voice named {name!r} already exists ({what}; names are compared"
-        " case-insensitively)",
+        f"a voice named {name!r} already exists ({what}; names are compared case-insensitively)",
         param="name",
     )
 

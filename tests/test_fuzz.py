@@ -200,7 +200,6 @@ async def _back_to_baseline(server: RunningServer, engine: Engine, tasks: float)
         raise AssertionError(f"(sessions, streams, jobs, tasks) = {state()}; {stuck}") from None
 
 
-
 @pytest.fixture(scope="module")
 def baseline(fuzz_server: RunningServer) -> float:
     asyncio.run(_witness(fuzz_server.ws_url))

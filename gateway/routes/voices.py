@@ -142,9 +142,7 @@ async def list_voices(request: Request) -> Response:
         for alias, voice in alias_targets(engine, settings).items()
     ]
     stored = await asyncio.to_thread(voice_store(request).list)
-    uploaded = [
-        {**v.public(), "type": "uploaded", "speakable": can_clone(engine)} for v in stored
-    ]
+    uploaded = [{**v.public(), "type": "uploaded", "speakable": can_clone(engine)} for v in stored]
     return JSONResponse(
         {
             "object": "list",
@@ -278,4 +276,3 @@ def voice_routes() -> list[Route]:
         Route("/v1/audio/voices", upload_voice, methods=["POST"]),
         Route("/v1/audio/voices/{name:path}", delete_voice, methods=["DELETE"]),
     ]
-

@@ -89,9 +89,11 @@ def test_sdk_create_each_format(piper_server: RunningServer, response_format: st
 
 
 def test_streamed_flac_has_unknown_length_header(piper_server: RunningServer) -> None:
-    data = client(piper_server).audio.speech.create(
-        model="tts-1", voice="alloy", input=TEXT, response_format="flac"
-    ).content
+    data = (
+        client(piper_server)
+        .audio.speech.create(model="tts-1", voice="alloy", input=TEXT, response_format="flac")
+        .content
+    )
     assert data[:4] == b"fLaC"
     streaminfo = data[8:42]
     total_samples = int.from_bytes(streaminfo[13:18], "big") & ((1 << 36) - 1)
@@ -255,11 +257,14 @@ async def test_disconnect_stops_engine_work(piper_server: RunningServer) -> None
         await asyncio.sleep(0.05)
     sentences_before = metric(piper_server.http, "gateway_sentences_total")
     segments = 12 * 8
-    async with httpx.AsyncClient(timeout=60) as http, http.stream(
-        "POST",
-        piper_server.http + "/v1/audio/speech",
-        json={"voice": "joe", "input": LONG * 8, "response_format": "pcm"},
-    ) as response:
+    async with (
+        httpx.AsyncClient(timeout=60) as http,
+        http.stream(
+            "POST",
+            piper_server.http + "/v1/audio/speech",
+            json={"voice": "joe", "input": LONG * 8, "response_format": "pcm"},
+        ) as response,
+    ):
         async for chunk in response.aiter_bytes():
             assert chunk
             break
