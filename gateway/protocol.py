@@ -105,8 +105,42 @@ class SessionClose(_Message, tag="session.close"):
     pass
 
 
+#: a client's id for a ``voice.*`` request, echoed in its result or error
+RequestId = str | int | None
+
+
+class VoiceList(_Message, tag="voice.list", kw_only=True):
+    request_id: RequestId = None
+
+
+class VoiceAdd(_Message, tag="voice.add", kw_only=True):
+    """Upload reference audio; the same validation as ``POST /v1/audio/voices``."""
+
+    name: str
+    audio: str  #: base64, or a ``data:<type>;base64,`` URL
+    consent: bool | str
+    ref_text: str = ""
+    description: str = ""
+    request_id: RequestId = None
+
+
+class VoiceRemove(_Message, tag="voice.remove", kw_only=True):
+    name: str
+    request_id: RequestId = None
+
+
 ClientMessage = (
-    SessionConfig | InputText | InputFlush | InputDone | Cancel | Playback | Ping | SessionClose
+    SessionConfig
+    | InputText
+    | InputFlush
+    | InputDone
+    | Cancel
+    | Playback
+    | Ping
+    | SessionClose
+    | VoiceList
+    | VoiceAdd
+    | VoiceRemove
 )
 CLIENT_MESSAGES: tuple[type[_Message], ...] = (
     SessionConfig,
@@ -117,6 +151,9 @@ CLIENT_MESSAGES: tuple[type[_Message], ...] = (
     Playback,
     Ping,
     SessionClose,
+    VoiceList,
+    VoiceAdd,
+    VoiceRemove,
 )
 
 # --------------------------------------------------------------------------
@@ -245,6 +282,24 @@ class Pong(_Message, tag="pong", kw_only=True):
     id: str | int | None = None
 
 
+class VoiceListResult(_Message, tag="voice.list.result", kw_only=True):
+    request_id: RequestId = None
+    #: the objects of ``GET /v1/audio/voices``'s ``data``: builtin, alias, uploaded
+    voices: list[dict[str, Any]]
+
+
+class VoiceAddResult(_Message, tag="voice.add.result", kw_only=True):
+    request_id: RequestId = None
+    voice: dict[str, Any]  #: as ``POST /v1/audio/voices`` answers (``type: uploaded``)
+
+
+class VoiceRemoveResult(_Message, tag="voice.remove.result", kw_only=True):
+    request_id: RequestId = None
+    name: str
+    id: str  #: the removed voice's id
+    deleted: bool = True
+
+
 class Error(_Message, tag="error", kw_only=True):
     code: ErrorCode
     message: str
@@ -253,6 +308,8 @@ class Error(_Message, tag="error", kw_only=True):
     #: vllm-omni's fields on a mid-sentence failure
     partial_audio: bool | None = None
     action: str | None = None
+    #: the ``request_id`` of the ``voice.*`` request that was refused
+    request_id: RequestId = None
 
 
 ServerMessage = (
@@ -264,6 +321,9 @@ ServerMessage = (
     | AudioCancelled
     | SessionDone
     | Pong
+    | VoiceListResult
+    | VoiceAddResult
+    | VoiceRemoveResult
     | Error
 )
 SERVER_MESSAGES: tuple[type[_Message], ...] = (
@@ -275,6 +335,9 @@ SERVER_MESSAGES: tuple[type[_Message], ...] = (
     AudioCancelled,
     SessionDone,
     Pong,
+    VoiceListResult,
+    VoiceAddResult,
+    VoiceRemoveResult,
     Error,
 )
 

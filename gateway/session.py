@@ -31,11 +31,13 @@ from gateway.segmenter import Segmenter
 from gateway.session_config import apply_config, default_config
 from gateway.speaker import AudioStream, Segment
 from gateway.utterance import Sentence, Utterance
+from gateway.voices import add_voice, decode_base64_audio, remove_voice, voice_listing
 
 if TYPE_CHECKING:
     from gateway.metrics import Metrics
     from gateway.server_state import StreamAdmission
     from gateway.settings import Settings
+    from gateway.voice_store import VoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +85,10 @@ class Session:
         settings: Settings,
         metrics: Metrics,
         admission: StreamAdmission,
+        voice_store: VoiceStore,
     ) -> None:
         self.admission = admission
+        self.voice_store = voice_store
         self.id = uuid.uuid4().hex[:12]
         self.out = out
         self.engine = engine
@@ -193,23 +197,77 @@ class Session:
             case protocol.SessionClose():
                 await self.close(CloseCode.NORMAL, "session.close")
                 return False
+            case protocol.VoiceList() | protocol.VoiceAdd() | protocol.VoiceRemove():
+                await self._on_voice(message)
         return True
 
-    async def report_error(self, error: GatewayError, context_id: str | None = None) -> bool:
-        """Send an ``error`` event; returns True if it was fatal."""
+    async def report_error(
+        self,
+        error: GatewayError,
+        context_id: str | None = None,
+        *,
+        request_id: protocol.RequestId = None,
+        may_be_fatal: bool = True,
+    ) -> bool:
+        """Send an ``error`` event; returns True if it was fatal.
+
+        ``may_be_fatal=False`` (a refused ``voice.*`` request) keeps the
+        session open whatever the code's registry rule."""
         spec = error.code.spec
-        fatal = spec.fatal == "always" or (
-            spec.fatal == "first_config" and not self.config_accepted
+        fatal = may_be_fatal and (
+            spec.fatal == "always" or (spec.fatal == "first_config" and not self.config_accepted)
         )
         self.log.info("error %s: %s", error.code, error.message)
         await self.out.event(
             protocol.Error(
-                code=error.code, message=error.message, fatal=fatal, context_id=context_id
+                code=error.code,
+                message=error.message,
+                fatal=fatal,
+                context_id=context_id,
+                request_id=request_id,
             )
         )
         if fatal:
             await self.close(spec.close_code or CloseCode.POLICY, str(error.code))
         return fatal
+
+    async def _on_voice(
+        self, message: protocol.VoiceList | protocol.VoiceAdd | protocol.VoiceRemove
+    ) -> None:
+        """Voice management, through the functions the HTTP routes use.
+
+        The store's I/O runs in a worker thread; the reader waits for it (so
+        replies keep request order and a client cannot pile up uploads), while
+        audio already in progress keeps streaming.  A refusal is a non-fatal
+        ``error`` event carrying the request's ``request_id``."""
+        engine, settings, store = self.engine, self.settings, self.voice_store
+        result: protocol.ServerMessage
+        try:
+            match message:
+                case protocol.VoiceList(request_id=rid):
+                    listing = await voice_listing(engine, settings, store)
+                    result = protocol.VoiceListResult(request_id=rid, voices=listing["data"])
+                case protocol.VoiceAdd(request_id=rid):
+                    voice = await add_voice(
+                        engine,
+                        settings,
+                        store,
+                        name=message.name,
+                        data=decode_base64_audio(message.audio),
+                        consent=message.consent,
+                        ref_text=message.ref_text,
+                        description=message.description,
+                    )
+                    result = protocol.VoiceAddResult(request_id=rid, voice=voice)
+                case protocol.VoiceRemove(name=name, request_id=rid):
+                    removed = await remove_voice(engine, settings, store, name)
+                    result = protocol.VoiceRemoveResult(
+                        request_id=rid, name=removed["name"], id=removed["id"]
+                    )
+        except GatewayError as error:
+            await self.report_error(error, request_id=message.request_id, may_be_fatal=False)
+            return
+        await self.out.event(result)
 
     async def _on_config(self, message: protocol.SessionConfig) -> None:
         new = apply_config(self.config, message, self.engine.voices(), self.engine.name)

@@ -92,6 +92,16 @@ EXAMPLES: dict[type[Any], Any] = {
     protocol.Playback: protocol.Playback(played_ms=1234.5, context_id="a"),
     protocol.Ping: protocol.Ping(id=7),
     protocol.SessionClose: protocol.SessionClose(),
+    protocol.VoiceList: protocol.VoiceList(request_id="l1"),
+    protocol.VoiceAdd: protocol.VoiceAdd(
+        name="Ana María",
+        audio="UklGRiQAAABXQVZF",
+        consent=True,
+        ref_text="Hello there.",
+        description="calm",
+        request_id=2,
+    ),
+    protocol.VoiceRemove: protocol.VoiceRemove(name="ana maría", request_id=None),
     # server -> client
     protocol.SessionCreated: protocol.SessionCreated(
         session_id="0123456789ab",
@@ -163,6 +173,35 @@ EXAMPLES: dict[type[Any], Any] = {
         ),
     ),
     protocol.Pong: protocol.Pong(id="p1"),
+    protocol.VoiceListResult: protocol.VoiceListResult(
+        request_id="l1",
+        voices=[
+            {"name": "joe", "type": "builtin", "language": "en-US", "sample_rate": 22050},
+            {"name": "alloy", "type": "alias", "target": "joe", "available": True},
+            {"name": "Ana María", "type": "uploaded", "duration_s": 2.5, "speakable": False},
+        ],
+    ),
+    protocol.VoiceAddResult: protocol.VoiceAddResult(
+        request_id=2,
+        voice={
+            "id": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+            "name": "Ana María",
+            "format": "wav",
+            "media_type": "audio/wav",
+            "sample_rate": 16000,
+            "duration_s": 2.5,
+            "size_bytes": 80044,
+            "consent": "true",
+            "ref_text": "Hello there.",
+            "description": "calm",
+            "created_at": 1700000000.25,
+            "type": "uploaded",
+            "speakable": False,
+        },
+    ),
+    protocol.VoiceRemoveResult: protocol.VoiceRemoveResult(
+        request_id=None, name="Ana María", id="0f1e2d3c4b5a69788796a5b4c3d2e1f0", deleted=True
+    ),
     protocol.Error: protocol.Error(
         code=ErrorCode.INTERNAL,
         message="synthesis of sentence 1 failed",
@@ -170,6 +209,7 @@ EXAMPLES: dict[type[Any], Any] = {
         context_id="a",
         partial_audio=True,
         action="sentence_skipped",
+        request_id=None,
     ),
 }
 

@@ -70,7 +70,14 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             CloseCode.TRY_AGAIN,
         )
         return
-    session = Session(out, state.engine, settings, state.metrics, state.admission)
+    session = Session(
+        out,
+        state.engine,
+        settings,
+        state.metrics,
+        state.admission,
+        websocket.app.state.voice_store,
+    )
     state.sessions += 1
     state.sessions_by_client[client] = state.sessions_by_client.get(client, 0) + 1
     state.live_sessions.add(session)

@@ -8,6 +8,9 @@ clone, else ``unsupported_option``), else ``unknown_voice`` listing them all.
 
 Uploads are ``multipart/form-data``, parsed with the standard library's
 ``email`` parser (no extra dependency) after the body is read under a cap.
+Listing, validation, storing and deleting are ``gateway.voices``, shared
+with the WebSocket's ``voice.*`` messages; this module only maps HTTP in and
+out.
 """
 
 from __future__ import annotations
@@ -20,49 +23,27 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.engines.base import Engine, VoiceInfo
+from gateway.engines.base import VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http_errors import check_request, error_response, gateway_state, read_body
-from gateway.settings import Settings
-from gateway.voice_store import (
-    MAX_TEXT_CHARS,
-    MAX_UPLOAD_BYTES,
-    VoiceStore,
-    check_audio,
-    validate_name,
+from gateway.voice_store import MAX_UPLOAD_BYTES, VoiceStore
+from gateway.voices import (
+    add_voice,
+    alias_targets,
+    can_clone,
+    remove_voice,
+    voice_listing,
 )
 
 #: multipart overhead allowed on top of the audio itself
 _FORM_OVERHEAD = 64 * 1024
 _AUDIO_FIELDS = ("audio", "audio_sample")
 _DESCRIPTION_FIELDS = ("description", "speaker_description")
-_NO = {"", "0", "false", "no", "off"}
 
 
 def voice_store(request: Request) -> VoiceStore:
     store: VoiceStore = request.app.state.voice_store
     return store
-
-
-def alias_targets(engine: Engine, settings: Settings) -> dict[str, VoiceInfo | None]:
-    """Each alias and the engine voice it names (None: not installed)."""
-    out: dict[str, VoiceInfo | None] = {}
-    for alias, target in settings.alias_table.items():
-        if engine.find_voice(alias) is not None:
-            continue  # an installed voice of that name wins over the alias
-        voice = engine.find_voice(target)
-        if voice is None and target.casefold() == "default":
-            voice = engine.default_voice()
-        out[alias] = voice
-    return out
-
-
-def reserved_names(engine: Engine, settings: Settings) -> list[str]:
-    return [v.name for v in engine.voices()] + list(settings.alias_table)
-
-
-def can_clone(engine: Engine) -> bool:
-    return bool(getattr(engine, "supports_cloning", False))
 
 
 async def resolve_voice(request: Request, raw: str) -> VoiceInfo:
@@ -117,40 +98,7 @@ async def list_voices(request: Request) -> Response:
     state = gateway_state(request)
     if (refused := check_request(request)) is not None:
         return error_response(refused, state)
-    engine, settings = state.engine, state.settings
-    builtin = [
-        {
-            "name": v.name,
-            "type": "builtin",
-            "engine": v.engine or engine.name,
-            "language": v.language,
-            "language_name": v.language_name,
-            "sample_rate": v.sample_rate,
-            "quality": v.quality,
-            "streaming": v.streaming,
-            "description": v.description,
-        }
-        for v in engine.voices()
-    ]
-    aliases = [
-        {
-            "name": alias,
-            "type": "alias",
-            "target": voice.name if voice is not None else settings.alias_table[alias],
-            "available": voice is not None,
-        }
-        for alias, voice in alias_targets(engine, settings).items()
-    ]
-    stored = await asyncio.to_thread(voice_store(request).list)
-    uploaded = [{**v.public(), "type": "uploaded", "speakable": can_clone(engine)} for v in stored]
-    return JSONResponse(
-        {
-            "object": "list",
-            "voices": [v["name"] for v in builtin] + [a["name"] for a in aliases],
-            "data": builtin + aliases + uploaded,
-            "uploaded_voices": uploaded,
-        }
-    )
+    return JSONResponse(await voice_listing(state.engine, state.settings, voice_store(request)))
 
 
 def _parse_form(content_type: str, body: bytes) -> dict[str, tuple[bytes, str | None, str]]:
@@ -203,44 +151,19 @@ async def upload_voice(request: Request) -> Response:
         raw_name = _text(fields, "name")
         if raw_name is None:
             raise GatewayError(ErrorCode.INVALID_CONFIG, "`name` is required", param="name")
-        name = validate_name(raw_name)
-        consent = (_text(fields, "consent") or "").strip()
-        if consent.casefold() in _NO:
-            raise GatewayError(
-                ErrorCode.INVALID_CONFIG,
-                "`consent` is required: confirm the speaker agreed to having their voice"
-                " cloned (e.g. consent=true, or a consent record id)",
-                param="consent",
-            )
-        ref_text = _text(fields, "ref_text") or ""
-        description = _text(fields, *_DESCRIPTION_FIELDS) or ""
-        for label, value in (("ref_text", ref_text), ("description", description)):
-            if len(value) > MAX_TEXT_CHARS or "\x00" in value:
-                raise GatewayError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"`{label}` must be at most {MAX_TEXT_CHARS} characters, without NUL",
-                    param=label,
-                )
-        data = fields[audio_field][0]
-        fmt, duration, rate = await asyncio.to_thread(check_audio, data)
-        voice = await asyncio.to_thread(
-            voice_store(request).add,
-            name=name,
-            data=data,
-            fmt=fmt,
-            duration_s=duration,
-            sample_rate=rate,
-            consent=consent,
-            ref_text=ref_text,
-            description=description,
-            reserved=reserved_names(state.engine, state.settings),
+        voice = await add_voice(
+            state.engine,
+            state.settings,
+            voice_store(request),
+            name=raw_name,
+            data=fields[audio_field][0],
+            consent=_text(fields, "consent"),
+            ref_text=_text(fields, "ref_text") or "",
+            description=_text(fields, *_DESCRIPTION_FIELDS) or "",
         )
     except GatewayError as exc:
         return error_response(exc, state)
-    return JSONResponse(
-        {**voice.public(), "type": "uploaded", "speakable": can_clone(state.engine)},
-        status_code=201,
-    )
+    return JSONResponse(voice, status_code=201)
 
 
 async def delete_voice(request: Request) -> Response:
@@ -248,26 +171,11 @@ async def delete_voice(request: Request) -> Response:
     if (refused := check_request(request)) is not None:
         return error_response(refused, state)
     name: str = request.path_params["name"]
-    if state.engine.find_voice(name) is not None or name.strip().casefold() in (
-        state.settings.alias_table
-    ):
-        return error_response(
-            GatewayError(
-                ErrorCode.INVALID_STATE,
-                f"{name!r} is a built-in voice or alias and cannot be deleted",
-                param="name",
-            ),
-            state,
-        )
-    removed = await asyncio.to_thread(voice_store(request).remove, name)
-    if removed is None:
-        return error_response(
-            GatewayError(
-                ErrorCode.UNKNOWN_VOICE, f"no uploaded voice named {name!r}", param="name"
-            ),
-            state,
-        )
-    return JSONResponse({"name": removed.name, "id": removed.id, "deleted": True})
+    try:
+        removed = await remove_voice(state.engine, state.settings, voice_store(request), name)
+    except GatewayError as exc:
+        return error_response(exc, state)
+    return JSONResponse(removed)
 
 
 def voice_routes() -> list[Route]:
