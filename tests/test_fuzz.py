@@ -11,6 +11,7 @@ not speech); ``max_message_bytes`` is lowered so oversized frames are small.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 from collections.abc import Iterator
@@ -34,11 +35,13 @@ MAX_MESSAGE = 4096
 SERVER_TYPES = {
     "session.created", "session.updated", "audio.start", "alignment", "audio.done",
     "audio.cancelled", "session.done", "pong", "error",
+    "voice.list.result", "voice.add.result", "voice.remove.result",
 }  # fmt: skip
 CLOSE_CODES = {1000, 1007, 1008, 1009, 1011, 1013, 4001, 4002, 4008}
 ERROR_CODES = {str(code) for code in ErrorCode}
 CLIENT_TYPES = ["session.config", "input.text", "input.flush", "input.done", "cancel",
-                "playback", "ping", "session.close", "bogus", ""]  # fmt: skip
+                "playback", "ping", "session.close", "voice.list", "voice.add",
+                "voice.remove", "bogus", ""]  # fmt: skip
 WITNESS_TEXT = "The witness speaks calmly."
 STREAM = {"response_format": "pcm", "stream_audio": True, "frame_ms": 20}
 
@@ -85,6 +88,12 @@ valid_messages = st.one_of(
               st.floats(0, 1e5), contexts),
     st.builds(lambda i: {"type": "ping", "id": i}, st.integers() | st.text(max_size=5)),
     st.builds(lambda c: {"type": "session.config", **c}, configs),
+    st.builds(lambda i: {"type": "voice.list", "request_id": i}, st.integers() | st.none()),
+    # never a real voice: "fuzz " names only, random bytes as audio (always refused)
+    st.builds(lambda n: {"type": "voice.remove", "name": "fuzz " + n}, st.text(max_size=8)),
+    st.builds(lambda n, a, c: {"type": "voice.add", "name": "fuzz " + n,
+                               "audio": base64.b64encode(a).decode(), "consent": c},
+              st.text(max_size=8), st.binary(max_size=64), st.booleans()),
 )  # fmt: skip
 wrong_types = st.builds(
     lambda t, k, v: {"type": t, k: v},

@@ -424,6 +424,12 @@ def test_endpoint_and_low_latency_settings_are_named() -> None:
             "`$.stream_audio`",
         ),
         ('{"type": "session.config", "bogus": 1}', ErrorCode.INVALID_CONFIG, "`bogus`"),
+        (
+            '{"type": "voice.add", "name": "a", "consent": true}',
+            ErrorCode.INVALID_MESSAGE,
+            "`audio`",
+        ),
+        ('{"type": "voice.remove", "name": 5}', ErrorCode.INVALID_MESSAGE, "`$.name`"),
     ],
 )
 def test_decode_client_classifies_errors(data: str | bytes, code: ErrorCode, needle: str) -> None:
