@@ -21,6 +21,8 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from gateway import protocol
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import Engine, SynthesisJob
@@ -31,7 +33,13 @@ from gateway.segmenter import Segmenter
 from gateway.session_config import apply_config, default_config
 from gateway.speaker import AudioStream, Segment
 from gateway.utterance import Sentence, Utterance
-from gateway.voices import add_voice, decode_base64_audio, remove_voice, voice_listing
+from gateway.voices import (
+    add_voice,
+    decode_base64_audio,
+    find_speakable_voice,
+    remove_voice,
+    voice_listing,
+)
 
 if TYPE_CHECKING:
     from gateway.metrics import Metrics
@@ -270,6 +278,19 @@ class Session:
         await self.out.event(result)
 
     async def _on_config(self, message: protocol.SessionConfig) -> None:
+        # aliases (``alloy`` ...) and uploaded voices resolve as in the HTTP API
+        names = {}
+        given = [v for v in (message.voice, message.speaker) if isinstance(v, str)]
+        conflicting = len({v.strip().casefold() for v in given}) > 1  # apply_config says so
+        for field_name in () if conflicting else ("voice", "speaker"):
+            raw = getattr(message, field_name)
+            if isinstance(raw, str) and self.engine.find_voice(raw) is None:
+                voice = await find_speakable_voice(
+                    self.engine, self.settings, self.voice_store, raw
+                )
+                names[field_name] = voice.name
+        if names:
+            message = msgspec.structs.replace(message, **names)
         new = apply_config(self.config, message, self.engine.voices(), self.engine.name)
         if self.busy() and (new.framing != self.config.framing):
             raise GatewayError(

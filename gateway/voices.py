@@ -184,3 +184,51 @@ async def remove_voice(
             ErrorCode.UNKNOWN_VOICE, f"no uploaded voice named {name!r}", param="name"
         )
     return {"name": removed.name, "id": removed.id, "deleted": True}
+
+
+async def find_speakable_voice(
+    engine: Engine, settings: Settings, store: VoiceStore, raw: str
+) -> VoiceInfo:
+    """The engine voice to speak ``raw`` with: an engine voice by name, an
+    alias (``alloy`` ...) from the settings' table, or ``GatewayError``:
+    ``unsupported_option`` for an uploaded voice the engine cannot clone,
+    ``unknown_voice`` (listing what is available) otherwise.  Used by the
+    HTTP speech routes and by ``session.config`` alike."""
+    name = raw.strip()
+    voice = engine.find_voice(name)
+    if voice is not None:
+        return voice
+    aliases = alias_targets(engine, settings)
+    key = name.casefold()
+    if key in aliases:
+        target = aliases[key]
+        if target is None:
+            raise GatewayError(
+                ErrorCode.UNKNOWN_VOICE,
+                f"voice alias {name!r} names {settings.alias_table[key]!r}, which is not"
+                f" installed; available voices: {', '.join(v.name for v in engine.voices())}",
+                param="voice",
+            )
+        return target
+    uploaded = await asyncio.to_thread(store.get, name)
+    if uploaded is not None:
+        if not can_clone(engine):
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED_OPTION,
+                f"voice {uploaded.name!r} is uploaded reference audio for voice cloning, and"
+                f" the {engine.name!r} engine cannot clone voices; use a built-in voice",
+                param="voice",
+            )
+        raise GatewayError(  # a cloning engine would take the reference audio here
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"speaking with uploaded voice {uploaded.name!r} is not wired to this engine yet",
+            param="voice",
+        )
+    listed = [v.name for v in engine.voices()] + sorted(aliases)
+    others = [v.name for v in await asyncio.to_thread(store.list)]
+    more = f"; uploaded (need a cloning engine): {', '.join(others)}" if others else ""
+    raise GatewayError(
+        ErrorCode.UNKNOWN_VOICE,
+        f"unknown voice {name!r}; available voices: {', '.join(listed)}{more}",
+        param="voice",
+    )

@@ -256,3 +256,17 @@ async def test_over_the_message_cap_closes_with_1009(
     async with httpx.AsyncClient(base_url=server.http, timeout=30) as http:
         data = (await http.get("/v1/audio/voices")).json()["data"]
     assert not [v for v in data if v["type"] == "uploaded"]
+
+
+async def test_session_config_resolves_aliases_and_refuses_uploaded_voices(
+    server: RunningServer,
+) -> None:
+    async with await _session(server) as ws:
+        updated = await _ask(ws, type="session.config", voice="Alloy")
+        assert updated["type"] == "session.updated" and updated["config"]["voice"] == "joe"
+        assert (await _add(ws, "Reference Voice"))["type"] == "voice.add.result"
+        error = await _ask(ws, type="session.config", voice="reference voice")
+        assert error["code"] == "unsupported_option" and "clone" in error["message"]
+        assert error["fatal"] is False  # a config had been accepted
+        error = await _ask(ws, type="session.config", speaker="nobody")
+        assert error["code"] == "unknown_voice" and "joe" in error["message"]

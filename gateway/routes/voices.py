@@ -15,7 +15,6 @@ out.
 
 from __future__ import annotations
 
-import asyncio
 from email.message import Message
 from email.parser import BytesParser
 
@@ -29,8 +28,7 @@ from gateway.http_errors import check_request, error_response, gateway_state, re
 from gateway.voice_store import MAX_UPLOAD_BYTES, VoiceStore
 from gateway.voices import (
     add_voice,
-    alias_targets,
-    can_clone,
+    find_speakable_voice,
     remove_voice,
     voice_listing,
 )
@@ -49,46 +47,7 @@ def voice_store(request: Request) -> VoiceStore:
 async def resolve_voice(request: Request, raw: str) -> VoiceInfo:
     """The engine voice to speak ``raw`` with, or ``GatewayError``."""
     state = gateway_state(request)
-    engine, settings = state.engine, state.settings
-    name = raw.strip()
-    voice = engine.find_voice(name)
-    if voice is not None:
-        return voice
-    aliases = alias_targets(engine, settings)
-    key = name.casefold()
-    if key in aliases:
-        target = aliases[key]
-        if target is None:
-            raise GatewayError(
-                ErrorCode.UNKNOWN_VOICE,
-                f"voice alias {name!r} names {settings.alias_table[key]!r}, which is not"
-                f" installed; available voices: {', '.join(v.name for v in engine.voices())}",
-                param="voice",
-            )
-        return target
-    store = voice_store(request)
-    uploaded = await asyncio.to_thread(store.get, name)
-    if uploaded is not None:
-        if not can_clone(engine):
-            raise GatewayError(
-                ErrorCode.UNSUPPORTED_OPTION,
-                f"voice {uploaded.name!r} is uploaded reference audio for voice cloning, and"
-                f" the {engine.name!r} engine cannot clone voices; use a built-in voice",
-                param="voice",
-            )
-        raise GatewayError(  # a cloning engine would take the reference audio here
-            ErrorCode.UNSUPPORTED_OPTION,
-            f"speaking with uploaded voice {uploaded.name!r} is not wired to this engine yet",
-            param="voice",
-        )
-    listed = [v.name for v in engine.voices()] + sorted(aliases)
-    others = [v.name for v in await asyncio.to_thread(store.list)]
-    more = f"; uploaded (need a cloning engine): {', '.join(others)}" if others else ""
-    raise GatewayError(
-        ErrorCode.UNKNOWN_VOICE,
-        f"unknown voice {name!r}; available voices: {', '.join(listed)}{more}",
-        param="voice",
-    )
+    return await find_speakable_voice(state.engine, state.settings, voice_store(request), raw)
 
 
 # --- routes ------------------------------------------------------------------------
