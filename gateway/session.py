@@ -83,6 +83,7 @@ class Context:
     resampler: StreamResampler | None = None
     resampler_utterance: Utterance | None = None
     flow: FlowWindow = field(default_factory=FlowWindow)
+    underrun: bool = False  #: in an underrun episode (metrics count episodes)
 
 
 class Session:
@@ -448,8 +449,16 @@ class Session:
 
     def _on_playback(self, cid: str | None, played_ms: float) -> None:
         ctx = self.contexts.get(cid)
-        if ctx is not None:
-            ctx.flow.on_played(played_ms, time.monotonic())
+        if ctx is None:
+            return
+        ctx.flow.on_played(played_ms, time.monotonic())
+        # an underrun the server caused: the listener has played everything
+        # sent while the server still had text of this context to speak
+        # (waiting for more text from the client is starvation, not counted)
+        starved = played_ms >= ctx.flow.sent_ms and self._stream_for(ctx).has_work_for(ctx)
+        if starved and not ctx.underrun:
+            self.metrics.underruns.inc()
+        ctx.underrun = starved
 
     async def flow_wait(self, ctx: Context, utt: Utterance, frame_ms: float) -> bool:
         """Hold a frame until the context's flow-control window admits it;

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
+import httpx
 import pytest
 
 from gateway.flow import FlowWindow
@@ -60,6 +62,11 @@ def test_none_counts_everything_sent() -> None:
     assert window.position(0.0) == (1000, "sent_ms")
 
 
+def _underruns(server: RunningServer) -> float:
+    text = httpx.get(server.http + "/metrics").text
+    return float(re.search(r"^gateway_underruns_total (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+
+
 async def _audio_ms_until_quiet(ws: object, t: Transcript, quiet_s: float) -> float:
     """Read until no message arrived for ``quiet_s``; audio ms received so far."""
     while True:
@@ -87,11 +94,25 @@ async def test_ack_holds_at_the_bound_and_releases_on_reports(
         await send(ws, type="playback", played_ms=300)
         released = await _audio_ms_until_quiet(ws, t, 1.0)
         assert 780 <= released <= 800  # about X more after a report of +X
+        # the listener catches up with everything sent while the server
+        # still has text to speak: one underrun episode on /metrics
+        before = _underruns(piper_server)
+        await send(ws, type="playback", played_ms=released)
+        await send(ws, type="playback", played_ms=released)  # same episode
+        await send(ws, type="ping", id="sync")
+        while True:
+            raw = await ws.recv()
+            if isinstance(raw, str) and json.loads(raw).get("id") == "sync":
+                break
+            t.items.append(raw if isinstance(raw, bytes) else json.loads(raw))
+        assert _underruns(piper_server) == before + 1
         await send(ws, type="cancel")
         await recv_until(ws, t)
         report = t.of("audio.cancelled")[0]
         assert report["position_source"] == "played_ms"
-        assert report["played_ms"] == 300 and report["sent_ms"] == released
+        received = sum(len(b) for b in t.binary) / 2 / 22050 * 1000
+        assert report["played_ms"] == released
+        assert report["sent_ms"] == pytest.approx(received, abs=0.01)
 
 
 async def test_realtime_never_runs_ahead_of_the_clock(piper_server: RunningServer) -> None:
