@@ -25,7 +25,7 @@ import msgspec
 
 from gateway import protocol
 from gateway.audio.resample import StreamResampler
-from gateway.engines.base import Engine, SynthesisJob
+from gateway.engines.base import DecodeBudget, Engine, SynthesisJob
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow import FlowWindow
 from gateway.outbound import ConnectionGone, Outbound
@@ -97,6 +97,8 @@ class Session:
         voice_store: VoiceStore,
     ) -> None:
         self.admission = admission
+        #: decoded but unsent audio the session's engine jobs may hold
+        self.budget = DecodeBudget(settings.max_buffered_ms / 1000)
         self.voice_store = voice_store
         self.id = uuid.uuid4().hex[:12]
         self.out = out

@@ -12,15 +12,14 @@ audio never interleaves; first-in first-out at sentence granularity).  With
 ``tagged`` framing each context has its own stream and their frames
 interleave, ordered by the engine's earliest-deadline scheduling.
 
-The session buffer (``max_buffered_ms``): ``unsent_ms`` counts, for each
-segment with a live job, the audio the engine has decoded for it
-(``JobStats.audio_samples``) minus the audio sent.  The next segment is
-prefetched (submitted while the current one is still being sent) only while
-the session's total is under the bound; the segment about to be spoken is
-always submitted, so a full buffer never delays a context's first audio or
-starves a context paced in real time.  Decode is pull-driven (an engine job
-decodes at most ``MAX_UNDELIVERED`` chunks ahead of what the stream took),
-so a stream whose sends are blocked stops its job's decoding by itself.
+The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``,
+passed to the engine with each streamed segment: the engine reserves a
+chunk before decoding it and this module releases it once the chunk's
+frames are written, so a session whose sends are held stops decoding.
+``unsent_ms`` measures the same quantity from the job's statistics; the next
+segment is prefetched only while the session is under its bound.  The
+segment about to be spoken is always submitted, so a full buffer never
+delays a context's first audio.
 """
 
 from __future__ import annotations
@@ -161,6 +160,9 @@ class AudioStream:
                 deadline=deadline,
                 first_in_utterance=first,
                 label=f"{self.session.id}/{segment.context.id or '-'}",
+                # a whole-sentence message needs the whole sentence decoded
+                # before it can be sent, so only streamed audio is budgeted
+                budget=self.session.budget if config.stream_audio else None,
             )
         )
 
@@ -301,6 +303,8 @@ class AudioStream:
                         )
                 elif isinstance(event, AudioChunk):
                     await emit(resampler.process(event.samples))
+                    if config.stream_audio:  # written to the socket: budget freed
+                        self.session.budget.release(job, event.samples.size / voice_rate)
                     self._prefetch()  # sending made room in the session buffer
         except ConnectionGone:
             job.cancel()
@@ -319,6 +323,7 @@ class AudioStream:
                 with contextlib.suppress(Exception):
                     await aclose()
             self.session.account_job(utt, job)
+            self.session.budget.release(job)
 
         if not utt.cancelled:
             carry = self.has_next_for(utt) and failed is None

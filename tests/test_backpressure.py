@@ -119,8 +119,8 @@ async def test_stalled_reader_bounds_memory_and_decode_then_resumes_in_order(
         print(f"stalled: rss growth {growth / 1e6:.1f} MB, buffered {buffered:.0f} ms")
         assert growth < 20e6
         assert session.out.gone is False
-        # the server holds at most its bound plus one stream's engine lookahead
-        assert buffered < server.settings.max_buffered_ms + 3 * 750
+        # the server holds at most its bound plus one chunk (64 frames, 743 ms)
+        assert buffered <= server.settings.max_buffered_ms + 743 + 1
         assert sent == session.out._metrics.frames_sent._value.get()
         # reading resumes: every frame arrives, in order, identical
         frames = [reference[0]]
@@ -181,3 +181,28 @@ async def test_stall_timeout_closes_4008_and_frees_the_session(
         while piper_engine.live_jobs() > baseline_jobs:
             await asyncio.sleep(0.05)
     silent.close()
+
+
+async def test_decoded_unsent_audio_stays_within_max_buffered_ms(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    """Under ack with withheld reports nothing more is sent; decode pauses
+    once the session holds max_buffered_ms (plus at most one chunk)."""
+    for bound in (500, 3000):
+        server = server_factory(max_buffered_ms=bound)
+        async with await open_ws(server.ws_url) as ws:
+            await ws.recv()
+            config = {**CONFIG, "framing": "raw", "flow_control": "ack", "max_lead_ms": 100}
+            await send(ws, type="session.config", **config)
+            await send(ws, type="input.text", text=PARAGRAPH + " " + PARAGRAPH)
+            await send(ws, type="input.done")
+            session = _only_session(server)
+            await _until_stable(lambda s=session: _chunks_decoded(s), 1.5, 30)  # type: ignore[misc]
+            buffered = session.buffered_ms()
+            held = session.budget.used_s * 1000
+            assert buffered <= bound + 743 + 1, (bound, buffered)
+            assert held <= bound + 743 + 1, (bound, held)
+            if bound == 3000:
+                assert buffered > 500 + 743  # the bound, not the look-ahead, held it
+            await send(ws, type="cancel")
+            await recv_until(ws, Transcript())

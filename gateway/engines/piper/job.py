@@ -123,6 +123,8 @@ class PiperJob(SynthesisJob):
         if run_options is not None:
             run_options.terminate = True
         self._finish()
+        if self.request.budget is not None:
+            self.request.budget.release(self)  # its audio will never be sent
 
     async def _iterate(self) -> AsyncIterator[EngineEvent]:
         completed = False
@@ -278,6 +280,10 @@ class PiperJob(SynthesisJob):
             window = self._windows[self._next_chunk]
             if window.win_end > self._available:
                 return  # the flow has not got there yet
+            budget = self.request.budget
+            seconds = (window.end - window.start) * self.voice.hop_length / self.voice.sample_rate
+            if budget is not None and not budget.reserve(self, seconds, self._schedule_next):
+                return  # the session holds enough unsent audio: decode pauses
             self._scheduled = True
             item = _ChunkItem(self, self._next_chunk, window)
         self._decode_worker.put(item)
