@@ -174,8 +174,18 @@ class Session:
         return self.buffered_ms() >= self.settings.max_buffered_ms
 
     def busy(self) -> bool:
-        """Anything buffered, queued or unsent (the idle timer waits for it)."""
+        """Any utterance in progress, text buffered, segments queued or audio unsent."""
         return any(self._context_live(c) for c in self.contexts.values())
+
+    def producing(self) -> bool:
+        """Audio being synthesized, queued or sent (the idle timer waits for
+        it).  Text waiting in the segmenter for more input does not count: a
+        client that sends half a sentence and goes quiet is idle, and the
+        idle close reports that text as unspoken."""
+        return any(
+            ctx.pending or self._stream_for(ctx).has_work_for(ctx)
+            for ctx in self.contexts.values()
+        )
 
     def _context_live(self, ctx: Context) -> bool:
         return bool(

@@ -151,3 +151,28 @@ def test_api_key_never_logged(tmp_path: Path) -> None:
     assert "session opened" in output
     assert key not in output
     assert "api_key=***" in output
+
+
+async def test_idle_timeout_reports_unspoken_text_and_closes_4002(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(idle_timeout_s=1.0)
+    async with await open_ws(server.ws_url) as ws:
+        await ws.recv()
+        await send(ws, type="session.config", split_granularity="sentence", **STREAM)
+        await ws.recv()
+        # one utterance spoken to the end: a long wait for it is not idleness
+        await send(ws, type="input.text", text="A whole sentence is spoken first.")
+        await send(ws, type="input.done")
+        await recv_until(ws, Transcript())
+        # then half a sentence, and silence
+        await send(ws, type="input.text", text="and then the client goes quiet")
+        t = Transcript()
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                raw = await ws.recv()
+                t.items.append(raw if isinstance(raw, bytes) else json.loads(raw))
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4002
+        assert t.types() == ["error", "audio.cancelled", "session.done"]
+        assert t.of("error")[0]["code"] == "timeout" and t.of("error")[0]["fatal"]
+        assert t.of("audio.cancelled")[0]["unspoken_text"] == "and then the client goes quiet"

@@ -111,8 +111,8 @@ async def _read_loop(websocket: WebSocket, session: Session) -> None:
             async with asyncio.timeout(timeout):
                 frame = await websocket.receive()
         except TimeoutError:
-            if not first and session.busy():
-                continue  # audio is still being produced or played: not idle
+            if not first and session.producing():
+                continue  # audio is still being produced or sent: not idle
             which = "config" if first else "idle"
             code = CloseCode.CONFIG_TIMEOUT if first else CloseCode.IDLE_TIMEOUT
             await session.out.event(
