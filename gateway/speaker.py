@@ -29,6 +29,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -94,22 +95,20 @@ class AudioStream:
 
     def drop_context(self, context: Context) -> list[Segment]:
         """Remove a context's queued segments (cancel); returns them."""
-        dropped = [s for s in self.queue if s.context is context]
+        return self._drop(lambda s: s.context is context)
+
+    def drop_utterance(self, utterance: Utterance) -> None:
+        """Remove one utterance's queued segments (shutdown drain)."""
+        self._drop(lambda s: s.utterance is utterance)
+
+    def _drop(self, matches: Callable[[Segment], bool]) -> list[Segment]:
+        dropped = [s for s in self.queue if matches(s)]
         if dropped:
-            self.queue = deque(s for s in self.queue if s.context is not context)
+            self.queue = deque(s for s in self.queue if not matches(s))
             for segment in dropped:
                 if segment.job is not None:
                     segment.job.cancel()
         return dropped
-
-    def drop_utterance(self, utterance: Utterance) -> None:
-        """Remove one utterance's queued segments (shutdown drain)."""
-        dropped = [s for s in self.queue if s.utterance is utterance]
-        if dropped:
-            self.queue = deque(s for s in self.queue if s.utterance is not utterance)
-            for segment in dropped:
-                if segment.job is not None:
-                    segment.job.cancel()
 
     def unsent_ms(self) -> float:
         """Decoded but unsent audio of this stream's segments (debug, bound)."""
