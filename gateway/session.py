@@ -167,11 +167,9 @@ class Session:
         return self._voice_rates[voice]
 
     def buffered_ms(self) -> float:
-        """Audio decoded for this session and not yet sent (``max_buffered_ms``)."""
+        """Audio decoded for this session and not yet sent, measured from the
+        engine's statistics: an independent check of the budget (tests)."""
         return sum(stream.unsent_ms() for stream in self._streams())
-
-    def buffer_full(self) -> bool:
-        return self.buffered_ms() >= self.settings.max_buffered_ms
 
     def busy(self) -> bool:
         """Any utterance in progress, text buffered, segments queued or audio unsent."""
@@ -183,8 +181,7 @@ class Session:
         client that sends half a sentence and goes quiet is idle, and the
         idle close reports that text as unspoken."""
         return any(
-            ctx.pending or self._stream_for(ctx).has_work_for(ctx)
-            for ctx in self.contexts.values()
+            ctx.pending or self._stream_for(ctx).has_work_for(ctx) for ctx in self.contexts.values()
         )
 
     def _context_live(self, ctx: Context) -> bool:
@@ -505,14 +502,7 @@ class Session:
                 return
             ctx.pending.pop(0)
             self.admission.release()
-            await self.out.event(
-                protocol.SessionDone(
-                    context_id=ctx.id,
-                    utterance_index=utt.index,
-                    total_sentences=len(utt.sentences),
-                    metrics=_metrics(utt),
-                )
-            )
+            await self.out.event(utt.session_done(ctx.id))
 
     async def cancel(self, cid: str | None) -> None:
         """Stop a context's current and queued audio and discard its text.
@@ -616,24 +606,9 @@ class Session:
             if open_sentence is not None and open_sentence in utt.sentences:
                 open_sentence.audio_ms = utt.sent_ms - open_sentence.start_ms
                 await self.out.event(
-                    protocol.AudioDone(
-                        context_id=ctx.id,
-                        utterance_index=utt.index,
-                        sentence_index=open_sentence.index,
-                        total_bytes=sent_bytes,
-                        audio_ms=round(open_sentence.audio_ms, 3),
-                        cancelled=True,
-                    )
+                    utt.audio_done(ctx.id, open_sentence, sent_bytes, cancelled=True)
                 )
-            await self.out.event(
-                protocol.SessionDone(
-                    context_id=ctx.id,
-                    utterance_index=utt.index,
-                    total_sentences=len(utt.sentences),
-                    cancelled=True,
-                    metrics=_metrics(utt),
-                )
-            )
+            await self.out.event(utt.session_done(ctx.id, cancelled=True))
 
     def _streams(self) -> list[AudioStream]:
         return [self.shared_stream] + [c.stream for c in self.contexts.values() if c.stream]
@@ -684,17 +659,3 @@ class Session:
         await asyncio.gather(*(s.stop() for s in self._streams()), return_exceptions=True)
         if self.state is not State.CLOSED:
             self._transition(State.CLOSED)
-
-
-def _metrics(utt: Utterance) -> protocol.UtteranceMetrics:
-    first_audio_ms = None
-    if utt.first_audio_at is not None and utt.ready_at is not None:
-        first_audio_ms = round((utt.first_audio_at - utt.ready_at) * 1000, 3)
-    return protocol.UtteranceMetrics(
-        queue_ms=round(utt.queue_ms or 0.0, 3),
-        first_audio_ms=first_audio_ms,
-        audio_ms=round(utt.sent_ms, 3),
-        compute_ms=round(utt.compute_ms, 3),
-        compute_rtf=round(utt.compute_ms / utt.sent_ms, 4) if utt.sent_ms else 0.0,
-        sentences=len(utt.sentences),
-    )

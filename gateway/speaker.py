@@ -16,8 +16,9 @@ The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``,
 passed to the engine with each streamed segment: the engine reserves a
 chunk before decoding it and this module releases it once the chunk's
 frames are written, so a session whose sends are held stops decoding.
-``unsent_ms`` measures the same quantity from the job's statistics; the next
-segment is prefetched only while the session is under its bound.  The
+The next segment is prefetched only while the budget has room (``unsent_ms``
+measures the same quantity from the jobs' statistics, as an independent
+check for the tests).  The
 segment about to be spoken is always submitted, so a full buffer never
 delays a context's first audio.
 """
@@ -168,7 +169,7 @@ class AudioStream:
     def _prefetch(self) -> None:
         """Submit the next queued segment early, while the session buffer has
         room (its decode would otherwise add to a full buffer)."""
-        if self.queue and self.queue[0].job is None and not self.session.buffer_full():
+        if self.queue and self.queue[0].job is None and not self.session.budget.full:
             head = self.queue[0]
             self._submit(head, first=head.sentence.index == 0)
 
@@ -353,13 +354,4 @@ class AudioStream:
                     action="sentence_skipped",
                 )
             )
-        await out.event(
-            protocol.AudioDone(
-                context_id=ctx.id,
-                utterance_index=utt.index,
-                sentence_index=sentence.index,
-                total_bytes=total_bytes,
-                audio_ms=round(sentence.audio_ms, 3),
-                error=failed is not None,
-            )
-        )
+        await out.event(utt.audio_done(ctx.id, sentence, total_bytes, error=failed is not None))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gateway import protocol
 from gateway.engines.base import WordTiming
 from gateway.protocol import EffectiveConfig
 
@@ -45,6 +46,48 @@ class Utterance:
     first_audio_at: float | None = None
     compute_ms: float = 0.0
     queue_ms: float | None = None
+
+    def metrics(self) -> protocol.UtteranceMetrics:
+        """The in-band timings carried by ``session.done``."""
+        first_audio_ms = None
+        if self.first_audio_at is not None and self.ready_at is not None:
+            first_audio_ms = round((self.first_audio_at - self.ready_at) * 1000, 3)
+        return protocol.UtteranceMetrics(
+            queue_ms=round(self.queue_ms or 0.0, 3),
+            first_audio_ms=first_audio_ms,
+            audio_ms=round(self.sent_ms, 3),
+            compute_ms=round(self.compute_ms, 3),
+            compute_rtf=round(self.compute_ms / self.sent_ms, 4) if self.sent_ms else 0.0,
+            sentences=len(self.sentences),
+        )
+
+    def audio_done(
+        self,
+        context_id: str | None,
+        sentence: Sentence,
+        total_bytes: int,
+        *,
+        error: bool = False,
+        cancelled: bool = False,
+    ) -> protocol.AudioDone:
+        return protocol.AudioDone(
+            context_id=context_id,
+            utterance_index=self.index,
+            sentence_index=sentence.index,
+            total_bytes=total_bytes,
+            audio_ms=round(sentence.audio_ms, 3),
+            error=error,
+            cancelled=cancelled,
+        )
+
+    def session_done(self, context_id: str | None, cancelled: bool = False) -> protocol.SessionDone:
+        return protocol.SessionDone(
+            context_id=context_id,
+            utterance_index=self.index,
+            total_sentences=len(self.sentences),
+            cancelled=cancelled,
+            metrics=self.metrics(),
+        )
 
     def add_sentence(self, text: str) -> Sentence:
         sentence = Sentence(index=len(self.sentences), text=text)

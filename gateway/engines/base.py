@@ -72,6 +72,10 @@ class DecodeBudget:
     def used_s(self) -> float:
         return self._used
 
+    @property
+    def full(self) -> bool:
+        return self._used >= self.limit_s
+
     def reserve(self, holder: object, seconds: float, wake: Callable[[], None]) -> bool:
         """Reserve ``seconds`` for ``holder``; if the budget is full, remember
         ``wake`` (called after the next release) and return False."""
