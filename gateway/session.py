@@ -516,27 +516,8 @@ class Session:
         )
         for ctx in targets:
             utterances = [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]
-            if not utterances:
-                continue
-            buffered = ctx.segmenter.discard().strip()
-            for utt in utterances:
-                utt.cancelled = True
-            utterances[-1].unsent_text = buffered
-            ctx.pending = []
-            ctx.utterance = None
-            ctx.flow.interrupt()
-            if ctx.eager_timer is not None:
-                ctx.eager_timer.cancel()
-                ctx.eager_timer = None
-            stream = self._stream_for(ctx)
-            stream.drop_context(ctx)
-            current = stream.current
-            if current is not None and current.utterance in utterances:
-                assert current.job is not None
-                ctx.awaiting_report.extend(utterances)
-                current.job.cancel()
-            else:
-                await self.report_cancel(ctx, utterances, None, 0)
+            if utterances:
+                await self._cancel_utterances(ctx, utterances)
 
     async def begin_drain(self) -> None:
         """Server shutdown: utterances still accepting text (no ``input.done``)
@@ -544,25 +525,33 @@ class Session:
         no new utterance starts."""
         self.draining = True
         for ctx in list(self.contexts.values()):
-            utt = ctx.utterance
-            if utt is None:
-                continue
-            stream = self._stream_for(ctx)
+            if ctx.utterance is not None:
+                await self._cancel_utterances(ctx, [ctx.utterance])
+
+    async def _cancel_utterances(self, ctx: Context, utterances: list[Utterance]) -> None:
+        """Stop these utterances of a context: their queued segments, their
+        engine work and (for the open one) the text still buffered.  The
+        report goes out at once when none of their audio is in flight;
+        otherwise the stream sends it right after its last frame."""
+        for utt in utterances:
             utt.cancelled = True
-            utt.unsent_text = ctx.segmenter.discard().strip()
+        if ctx.utterance is not None and ctx.utterance in utterances:
+            ctx.utterance.unsent_text = ctx.segmenter.discard().strip()
             ctx.utterance = None
-            ctx.flow.interrupt()
-            if ctx.eager_timer is not None:
-                ctx.eager_timer.cancel()
-                ctx.eager_timer = None
-            stream.drop_utterance(utt)
-            current = stream.current
-            if current is not None and current.utterance is utt:
-                assert current.job is not None
-                ctx.awaiting_report.append(utt)
-                current.job.cancel()
-            else:
-                await self.report_cancel(ctx, [utt], None, 0)
+        ctx.pending = [u for u in ctx.pending if u not in utterances]
+        ctx.flow.interrupt()
+        if ctx.eager_timer is not None:
+            ctx.eager_timer.cancel()
+            ctx.eager_timer = None
+        stream = self._stream_for(ctx)
+        stream.drop_utterances(utterances)
+        current = stream.current
+        if current is not None and current.utterance in utterances:
+            assert current.job is not None
+            ctx.awaiting_report.extend(utterances)
+            current.job.cancel()
+        else:
+            await self.report_cancel(ctx, utterances, None, 0)
 
     async def send_cancel_reports(
         self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int

@@ -30,7 +30,6 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -94,22 +93,14 @@ class AudioStream:
         if self.task is None:
             self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
 
-    def drop_context(self, context: Context) -> list[Segment]:
-        """Remove a context's queued segments (cancel); returns them."""
-        return self._drop(lambda s: s.context is context)
-
-    def drop_utterance(self, utterance: Utterance) -> None:
-        """Remove one utterance's queued segments (shutdown drain)."""
-        self._drop(lambda s: s.utterance is utterance)
-
-    def _drop(self, matches: Callable[[Segment], bool]) -> list[Segment]:
-        dropped = [s for s in self.queue if matches(s)]
+    def drop_utterances(self, utterances: list[Utterance]) -> None:
+        """Remove these utterances' queued segments and cancel their jobs."""
+        dropped = [s for s in self.queue if s.utterance in utterances]
         if dropped:
-            self.queue = deque(s for s in self.queue if not matches(s))
+            self.queue = deque(s for s in self.queue if s.utterance not in utterances)
             for segment in dropped:
                 if segment.job is not None:
                     segment.job.cancel()
-        return dropped
 
     def unsent_ms(self) -> float:
         """Decoded but unsent audio of this stream's segments (debug, bound)."""

@@ -15,7 +15,7 @@ from gateway.engines.base import WordTiming
 from gateway.protocol import EffectiveConfig
 
 
-@dataclass
+@dataclass(eq=False)
 class Sentence:
     """A segment handed to the engine, with where its audio sits in the
     utterance (ms from the utterance's first sample)."""
@@ -29,7 +29,7 @@ class Sentence:
     finished: bool = False  #: its ``audio.done`` was sent
 
 
-@dataclass
+@dataclass(eq=False)
 class Utterance:
     index: int
     config: EffectiveConfig
