@@ -112,7 +112,8 @@ def piper_runs(runs: int) -> dict[str, float]:
 
 
 def batch_throughput(engine: PiperEngine, sizes: list[int]) -> list[dict[str, Any]]:
-    """Decoder throughput at each batch size on 64-frame chunks with context,
+    """Decoder throughput at each batch size on 64-frame chunks with context
+    on each side (as a stateless windowed decode would need),
     and the largest difference between batched and one-by-one output."""
     import torch
 
@@ -120,7 +121,7 @@ def batch_throughput(engine: PiperEngine, sizes: list[int]) -> list[dict[str, An
     if vocoder is None:
         return [{"kind": "batch", "error": "voice decodes whole segments (no torch port)"}]
     rng = np.random.default_rng(0)
-    length = 64 + 2 * engine.settings.decode_context_frames
+    length = 64 + 2 * vocoder.lookahead_frames
     records: list[dict[str, Any]] = []
     for size in sizes:
         latents = [

@@ -72,8 +72,6 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: decoder chunk sizes in latent frames (first, second, ... then the last
     #: value repeats): a small first chunk for latency, larger ones after
     chunk_schedule: list[int] = msgspec.field(default_factory=lambda: [16, 32, 64])
-    #: latent frames of context on each side of a decoder chunk
-    decode_context_frames: int = 10
     #: threads for the acoustic model and for the vocoder (0: every core, up to 4)
     acoustic_threads: int = 0
     vocoder_threads: int = 0
@@ -126,7 +124,6 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (1 <= self.port <= 65535, "port must be 1 to 65535"),
             (bool(self.chunk_schedule), "chunk_schedule must not be empty"),
             (all(c >= 1 for c in self.chunk_schedule), "chunk_schedule values must be >= 1"),
-            (0 <= self.decode_context_frames <= 64, "decode_context_frames must be 0 to 64"),
             (self.acoustic_threads >= 0, "acoustic_threads must be >= 0"),
             (self.vocoder_threads >= 0, "vocoder_threads must be >= 0"),
             (self.eager_min_words >= 1, "eager_min_words must be >= 1"),

@@ -1,30 +1,19 @@
-"""A HiFi-GAN generator in torch, built from a declared structure, decoding a
-latent (``[channels, frames]``) to audio incrementally, chunk by chunk.
+"""A HiFi-GAN generator in torch, built from a declared structure.
 
 What this module is for: the vocoder half of a VITS/Piper voice.  The
 structure (``HifiGanSpec``) and the weights come from outside (the Piper graph
-reader infers both from the voice's ONNX file); this module builds the layers,
-loads the weights with a strict name and shape check, and decodes windows of
-the latent with enough context on each side that the concatenated chunks equal
-the whole-utterance decode.
+reader infers both from the voice's ONNX file); this module builds the layers
+and loads the weights with a strict name and shape check.  ``forward`` is the
+whole-utterance decode; chunk-by-chunk decoding with carried state is
+``gateway/vocoders/stateful.py``.
 
 What it must not do: read ONNX files, phonemize, or know about sessions.
-
-Streaming scheme: a chunk ``[start, end)`` of latent frames is decoded from the
-window ``[start - context, end + context]`` *cropped at the utterance edges*
-(never zero-padded: the whole-utterance decode sees zeros only outside the
-utterance, so cropping is what keeps the edges exact) and the output samples
-of ``[start, end)`` are cut out of it.  The decoder's receptive field is about
-+-11 latent frames, so 10 frames of context give float-level equality.  Torch
-pays a first-call cost for every new input length, so windows are widened with
-more real context (never padding) to a few standard lengths, which ``warm_up``
-runs once at start.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -188,81 +177,3 @@ class HifiGan(nn.Module):
             self.load_state_dict(state, strict=True)
         except RuntimeError as exc:
             raise UnsupportedSpecError(str(exc)) from None
-
-
-@dataclass(frozen=True)
-class ChunkWindow:
-    """Decode latent frames ``[win_start, win_end)`` and keep ``[start, end)``."""
-
-    start: int
-    end: int
-    win_start: int
-    win_end: int
-
-
-def plan_chunks(frames: int, schedule: Sequence[int], context: int) -> list[ChunkWindow]:
-    """Split ``frames`` latent frames into chunks following ``schedule`` (the
-    last size repeats), each with ``context`` frames on each side cropped at
-    the utterance edges.  A window shorter than its standard length
-    (``size + 2 * context``) is widened with more real context, so only a few
-    input lengths ever reach the decoder."""
-    windows: list[ChunkWindow] = []
-    start = 0
-    index = 0
-    while start < frames:
-        size = schedule[min(index, len(schedule) - 1)]
-        end = min(frames, start + size)
-        standard = size + (context if index == 0 else 2 * context)
-        win_start = max(0, start - context)
-        win_end = min(frames, end + context)
-        if win_end - win_start < standard:
-            win_start = max(0, min(win_start, win_end - standard))
-            win_end = min(frames, max(win_end, win_start + standard))
-        windows.append(ChunkWindow(start, end, win_start, win_end))
-        start = end
-        index += 1
-    return windows
-
-
-def window_lengths(schedule: Sequence[int], context: int) -> list[int]:
-    """The standard window lengths ``plan_chunks`` produces (for warm-up)."""
-    lengths = {schedule[0] + context}
-    # the last size repeats, so it also occurs as a middle chunk
-    lengths.update(size + 2 * context for size in [*schedule[1:], schedule[-1]])
-    return sorted(lengths)
-
-
-class StreamingHifiGan:
-    """A loaded generator on a device, decoding chunk windows."""
-
-    def __init__(self, model: HifiGan, device: torch.device) -> None:
-        self.model = model.to(device).eval()
-        self.device = device
-        self.hop_length = model.spec.hop_length
-        self.latent_channels = model.spec.latent_channels
-
-    def decode(self, latent: np.ndarray) -> np.ndarray:
-        """Decode a whole latent ``[channels, frames]`` to float32 samples."""
-        with torch.inference_mode():
-            z = torch.from_numpy(np.ascontiguousarray(latent, dtype=np.float32))
-            audio = self.model(z.unsqueeze(0).to(self.device))[0]
-            result: np.ndarray = audio.float().cpu().numpy()
-            return result
-
-    def decode_chunk(self, latent: np.ndarray, window: ChunkWindow) -> np.ndarray:
-        """Decode one chunk: the samples of ``[window.start, window.end)``."""
-        audio = self.decode(latent[:, window.win_start : window.win_end])
-        offset = (window.start - window.win_start) * self.hop_length
-        return audio[offset : offset + (window.end - window.start) * self.hop_length]
-
-    def decode_batch(self, latents: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Decode windows of equal length in one batch."""
-        with torch.inference_mode():
-            z = torch.from_numpy(np.stack(latents).astype(np.float32, copy=False))
-            audio = self.model(z.to(self.device))
-            return list(audio.float().cpu().numpy())
-
-    def warm_up(self, lengths: Sequence[int]) -> None:
-        """Run each window length once so the first request pays no first-call cost."""
-        for length in lengths:
-            self.decode(np.zeros((self.latent_channels, length), dtype=np.float32))

@@ -28,7 +28,7 @@ from gateway.engines.piper.job import MAX_UNDELIVERED, PiperJob  # noqa: E402
 from gateway.engines.piper.loudness import integrated_loudness  # noqa: E402
 from gateway.engines.piper.voice import LoadedVoice  # noqa: E402
 from gateway.settings import Settings  # noqa: E402
-from gateway.vocoders.hifigan import plan_chunks  # noqa: E402
+from gateway.vocoders.stateful import StreamingHifiGan  # noqa: E402
 
 SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
 SHORT = "Yes."
@@ -116,26 +116,51 @@ def test_torch_decoder_equals_onnx_decoder(joe: LoadedVoice) -> None:
     assert error <= 1e-4
 
 
-@pytest.mark.parametrize("schedule", [[16, 32, 64], [8], [5, 7, 30]])
+def stream_decode(vocoder: StreamingHifiGan, latent: np.ndarray, schedule: list[int]) -> np.ndarray:
+    decoder = vocoder.open(latent.shape[1])
+    windows = vocoder.plan(latent.shape[1], schedule)
+    chunks = [decoder.decode_chunk(latent, w) for w in windows]
+    for window, chunk in zip(windows, chunks, strict=True):  # frame-exact chunks
+        assert chunk.shape == ((window.end - window.start) * vocoder.hop_length,)
+    return np.concatenate(chunks)
+
+
+@pytest.mark.parametrize("schedule", [[16, 32, 64], [1], [5, 7, 30]])
 @pytest.mark.parametrize("text", [MEDIUM, SHORT])
 def test_streamed_decode_equals_full(joe: LoadedVoice, schedule: list[int], text: str) -> None:
     latent = latent_of(joe, text)
     assert joe.vocoder is not None
     full = joe.vocoder.decode(latent)
-    windows = plan_chunks(latent.shape[1], schedule, joe.context)
-    streamed = np.concatenate([joe.vocoder.decode_chunk(latent, w) for w in windows])
+    streamed = stream_decode(joe.vocoder, latent, schedule)
     assert streamed.shape == full.shape
     assert snr_db(full, streamed) >= 60
 
 
-def test_utterance_shorter_than_one_chunk(joe: LoadedVoice) -> None:
-    latent = latent_of(joe, SHORT)
-    assert latent.shape[1] < 100
+@pytest.mark.parametrize("frames", [1, 3, 11, 20])
+def test_utterance_shorter_than_one_chunk(joe: LoadedVoice, frames: int) -> None:
+    latent = latent_of(joe, SHORT)[:, :frames]
     assert joe.vocoder is not None
-    windows = plan_chunks(latent.shape[1], [100], joe.context)
-    assert len(windows) == 1
-    streamed = joe.vocoder.decode_chunk(latent, windows[0])
+    assert len(joe.vocoder.plan(frames, [100])) == 1
+    streamed = stream_decode(joe.vocoder, latent, [100])
     assert snr_db(joe.vocoder.decode(latent), streamed) >= 60
+
+
+def test_decode_state_is_per_utterance(joe: LoadedVoice) -> None:
+    """Two utterances decoded chunk by chunk, interleaved, as the decode
+    worker does for two sessions: neither disturbs the other."""
+    vocoder = joe.vocoder
+    assert vocoder is not None
+    a, b = latent_of(joe, MEDIUM), latent_of(joe, SHORT)
+    decoders = {id(a): vocoder.open(a.shape[1]), id(b): vocoder.open(b.shape[1])}
+    plans = {id(a): vocoder.plan(a.shape[1], [16, 32]), id(b): vocoder.plan(b.shape[1], [16, 32])}
+    out: dict[int, list[np.ndarray]] = {id(a): [], id(b): []}
+    for index in range(max(len(p) for p in plans.values())):
+        for latent in (a, b):
+            plan = plans[id(latent)]
+            if index < len(plan):
+                out[id(latent)].append(decoders[id(latent)].decode_chunk(latent, plan[index]))
+    for latent in (a, b):
+        assert snr_db(vocoder.decode(latent), np.concatenate(out[id(latent)])) >= 60
 
 
 @pytest.mark.parametrize("first", [1, 26, 64, 10_000])

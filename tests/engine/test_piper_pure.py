@@ -22,29 +22,27 @@ from gateway.engines.piper.alignment import (
     word_boundaries,
 )
 from gateway.engines.piper.loudness import CEILING, soft_limit
-from gateway.vocoders.hifigan import plan_chunks, window_lengths
+from gateway.vocoders.stateful import plan_chunks
 
 
 @given(
     frames=st.integers(1, 600),
     schedule=st.lists(st.integers(1, 80), min_size=1, max_size=4),
-    context=st.integers(0, 16),
+    lookahead=st.integers(0, 16),
 )
-def test_chunk_plan_covers_frames_with_context(
-    frames: int, schedule: list[int], context: int
+def test_chunk_plan_covers_frames_with_lookahead(
+    frames: int, schedule: list[int], lookahead: int
 ) -> None:
-    windows = plan_chunks(frames, schedule, context)
+    windows = plan_chunks(frames, schedule, lookahead)
     assert windows[0].start == 0 and windows[-1].end == frames
-    standard = set(window_lengths(schedule, context))
     for before, after in itertools.pairwise(windows):
         assert before.end == after.start
-    for w in windows:
-        assert 0 <= w.win_start <= w.start < w.end <= w.win_end <= frames
-        # full context wherever the utterance has it
-        assert w.start - w.win_start >= min(context, w.start)
-        assert w.win_end - w.end >= min(context, frames - w.end)
-        # only a few lengths reach the decoder
-        assert (w.win_end - w.win_start) in standard or (w.win_start, w.win_end) == (0, frames)
+        assert before.win_end <= after.win_end  # the latent is pushed in order
+    for index, w in enumerate(windows):
+        assert 0 <= w.win_start == w.start < w.end <= w.win_end <= frames
+        assert w.end - w.start == min(schedule[min(index, len(schedule) - 1)], frames - w.start)
+        # the whole lookahead wherever the utterance has it
+        assert w.win_end - w.end == min(lookahead, frames - w.end)
 
 
 @given(frames=st.integers(1, 500), first=st.integers(1, 600))

@@ -2,7 +2,7 @@
 
 Pipeline per segment: espeak phonemes -> onnxruntime text encoder and duration
 predictor -> flow on windows of the latent (first window first) -> torch
-HiFi-GAN decode chunk by chunk with context -> fixed gain and soft limiter.
+HiFi-GAN decode chunk by chunk with carried state -> fixed gain and soft limiter.
 
 Threads: one acoustic worker (all voices) and one decode worker per torch
 device, each ordering work by (utterance's first chunk first, earliest
@@ -110,7 +110,6 @@ class PiperEngine(Engine):
                 providers,
                 threads,
                 settings.chunk_schedule,
-                settings.decode_context_frames,
             )
             name = voice.info.name
             if name.casefold() in self._by_name:

@@ -44,10 +44,10 @@ from gateway.engines.base import (
 from gateway.engines.decode_worker import DecodeWorker, WorkItem
 from gateway.engines.piper import alignment, loudness
 from gateway.engines.piper.acoustic import Encoded
-from gateway.vocoders.hifigan import ChunkWindow, plan_chunks
+from gateway.vocoders.stateful import ChunkWindow
 
 if TYPE_CHECKING:
-    from gateway.engines.piper.voice import LoadedVoice
+    from gateway.engines.piper.voice import ChunkSource, LoadedVoice
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class PiperJob(SynthesisJob):
         # decode state (guarded by _lock)
         self._windows: list[ChunkWindow] = []
         self._latent: np.ndarray | None = None
-        self._extras: dict[str, np.ndarray] = {}
+        self._decoder: ChunkSource | None = None
         self._available = 0
         self._next_chunk = 0
         self._scheduled = False
@@ -206,14 +206,11 @@ class PiperJob(SynthesisJob):
         if self._cancelled:
             return
         frames = encoded.frames
-        if voice.streaming:
-            windows = plan_chunks(frames, voice.schedule, voice.context)
-        else:
-            windows = [ChunkWindow(0, frames, 0, frames)]
+        windows = voice.plan(frames)
         with self._lock:
             self._windows = windows
             self._latent = np.empty((encoded.z_p.shape[0], frames), dtype=np.float32)
-            self._extras = encoded.extras
+            self._decoder = voice.open_decoder(frames, encoded.extras)
         if not voice.streaming:
             self._deliver_alignment(phonemes, spans, encoded)
             self._publish(frames, voice.acoustic.flow_whole(encoded))
@@ -294,10 +291,11 @@ class PiperJob(SynthesisJob):
                 self._scheduled = False
                 return  # dropped before its decode began
             latent = self._latent
+            decoder = self._decoder
             started = time.perf_counter()
-        assert latent is not None
+        assert latent is not None and decoder is not None
         try:
-            raw = self.voice.decode(latent, window, self._extras)
+            raw = decoder.decode_chunk(latent, window)
         except Exception as exc:  # torch/onnxruntime errors: fail this segment only
             with self._lock:
                 self._scheduled = False

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -30,13 +30,8 @@ from piper.config import PiperConfig
 from gateway.engines.base import VoiceInfo
 from gateway.engines.piper import graph, loudness
 from gateway.engines.piper.acoustic import AcousticModel
-from gateway.vocoders.hifigan import (
-    ChunkWindow,
-    HifiGan,
-    StreamingHifiGan,
-    UnsupportedSpecError,
-    window_lengths,
-)
+from gateway.vocoders.hifigan import HifiGan, UnsupportedSpecError
+from gateway.vocoders.stateful import ChunkWindow, StreamingHifiGan
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +58,6 @@ class LoadedVoice:
         providers: list[str],
         threads: int,
         schedule: Sequence[int],
-        context: int,
     ) -> None:
         self.files = files
         config_dict: dict[str, Any] = json.loads(files.config.read_text(encoding="utf-8"))
@@ -74,7 +68,6 @@ class LoadedVoice:
         self.parts = graph.split_voice(files.model, cache_root)
         self.acoustic = AcousticModel(self.parts, providers, threads)
         self.schedule = list(schedule)
-        self.context = context
         self.vocoder: StreamingHifiGan | None = None
         self.not_streaming_reason = ""
         try:
@@ -134,15 +127,18 @@ class LoadedVoice:
 
     # --- audio ------------------------------------------------------------------
 
-    def decode(
-        self, latent: np.ndarray, window: ChunkWindow, extras: dict[str, np.ndarray]
-    ) -> np.ndarray:
-        """Raw (un-gained) samples of one chunk."""
-        if self.vocoder is not None:
-            return self.vocoder.decode_chunk(latent, window)
-        audio = self.acoustic.decode_onnx(latent[:, window.win_start : window.win_end], extras)
-        offset = (window.start - window.win_start) * self.hop_length
-        return audio[offset : offset + (window.end - window.start) * self.hop_length]
+    def plan(self, frames: int) -> list[ChunkWindow]:
+        """The chunks of a segment of ``frames`` latent frames."""
+        if self.vocoder is None:
+            return [ChunkWindow(0, frames, 0, frames)]
+        return self.vocoder.plan(frames, self.schedule)
+
+    def open_decoder(self, frames: int, extras: dict[str, np.ndarray]) -> ChunkSource:
+        """One segment's decoder: ``decode_chunk(latent, window)`` returns the
+        raw (un-gained) samples of each window of ``plan(frames)`` in turn."""
+        if self.vocoder is None:
+            return _WholeSegment(self.acoustic, extras)
+        return self.vocoder.open(frames)
 
     def synthesize_offline(self, text: str, speed: float = 1.0) -> list[np.ndarray]:
         """Deterministic whole-segment synthesis per sentence, without gain
@@ -163,7 +159,7 @@ class LoadedVoice:
         encoded = self.acoustic.encode(ids, self.scales(1.0, deterministic=True))
         self.acoustic.flow_whole(encoded)
         if self.vocoder is not None:
-            self.vocoder.warm_up(window_lengths(self.schedule, self.context))
+            self.vocoder.warm_up(self.schedule)
 
     def calibrate(self, cache_root: Path) -> None:
         """Set ``gain`` from the calibration text, cached beside the sub-models."""
@@ -184,6 +180,21 @@ class LoadedVoice:
             self.gain,
             20 * np.log10(self.gain),
         )
+
+
+class ChunkSource(Protocol):
+    def decode_chunk(self, latent: np.ndarray, window: ChunkWindow) -> np.ndarray: ...
+
+
+class _WholeSegment:
+    """Whole-segment ONNX decode, for voices the torch port cannot serve."""
+
+    def __init__(self, acoustic: AcousticModel, extras: dict[str, np.ndarray]) -> None:
+        self.acoustic = acoustic
+        self.extras = extras
+
+    def decode_chunk(self, latent: np.ndarray, window: ChunkWindow) -> np.ndarray:
+        return self.acoustic.decode_onnx(latent[:, window.start : window.end], self.extras)
 
 
 def _voice_info(files: VoiceFiles, config: dict[str, Any], streaming: bool) -> VoiceInfo:

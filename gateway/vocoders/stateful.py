@@ -1,0 +1,426 @@
+"""HiFi-GAN decode with carried state: every layer keeps the tail of its input.
+
+What this module is for: decoding a latent that arrives piece by piece without
+recomputing any context.  Each convolution keeps the last ``dilation *
+(kernel - 1)`` samples of its input between calls, each transposed
+convolution its last input column, each residual step the inputs its branch
+has not caught up with.  Pushing latent frames returns every output sample
+that those frames determine; ``flush`` at the end of the utterance returns the
+rest (the right-hand zero padding of the whole-utterance decode).  The
+concatenated output equals ``HifiGan.forward`` on the whole latent up to float
+rounding, and the total work equals one whole-utterance decode: the windowed
+scheme in ``hifigan.py`` recomputes ``2 x context`` frames per chunk (1.6x the
+work at 32-frame chunks, 2.1x at 16).
+
+The output lags the input by ``lag`` samples (the decoder's right-hand
+receptive field, about 11 latent frames for Piper's medium voices), so a chunk
+``[start, end)`` of frames needs the latent up to ``end + lookahead_frames``.
+``DecoderStream.decode_chunk`` hides that: it pushes what is missing and
+returns exactly the samples of ``[start, end)``, holding any extra for the
+next chunk.
+
+Convolutions run unpadded on the carried tail plus the new input, in oneDNN
+on the CPU (called directly: see ``_Conv.push``).  A sum of one matrix
+product per kernel tap was tried and measured no faster on the 2-core CPU.
+
+What it must not do: pad with zeros anywhere but the utterance edges (that is
+what keeps it exact), keep state across utterances, or be used from two
+threads at once (one stream per job; the decode worker runs a job's chunks one
+at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional
+
+from gateway.vocoders.hifigan import HifiGan, UnsupportedSpecError
+
+_MKLDNN = bool(torch.backends.mkldnn.is_available())  # type: ignore[no-untyped-call]
+_mkldnn_conv = torch.ops.aten.mkldnn_convolution
+
+
+def _empty_like_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
+    return x.new_zeros((rows, 0))
+
+
+def _conv1d(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1
+) -> torch.Tensor:
+    """An unpadded convolution of ``x`` [in, T] -> [out, T - span]."""
+    if x.device.type == "cpu" and _MKLDNN:
+        # torch's own dispatch sends inputs under 20480 values (every flush,
+        # the early layers of a small chunk) to its slow reference kernels,
+        # 3x slower here; oneDNN handles every size
+        out: torch.Tensor = _mkldnn_conv(x[None], weight, bias, [0], [1], [dilation], 1)
+    else:
+        out = functional.conv1d(x[None], weight, bias, dilation=dilation)
+    return out[0]
+
+
+class _Conv:
+    """A 'same'-padded 1-D convolution, streamed: state is the input tail.
+    With ``slope``, a leaky ReLU is applied to the input first (written
+    straight into the convolution's buffer: one pass over memory, not two)."""
+
+    def __init__(self, conv: nn.Conv1d, slope: float | None = None) -> None:
+        self.slope = slope
+        if conv.stride[0] != 1 or conv.groups != 1:
+            raise UnsupportedSpecError("streamed convolutions need stride 1 and one group")
+        self.weight = conv.weight.detach()
+        self.bias = conv.bias.detach() if conv.bias is not None else None
+        self.out_channels = conv.out_channels
+        self.dilation = conv.dilation[0]
+        self.span = self.dilation * (conv.kernel_size[0] - 1)
+        padding = conv.padding[0]
+        if not isinstance(padding, int) or 2 * padding != self.span:
+            raise UnsupportedSpecError("streamed convolutions must be 'same'-padded")
+        self.padding = padding
+        self.tail = conv.weight.new_zeros((conv.in_channels, padding))  # left zero padding
+
+    def push(self, x: torch.Tensor) -> torch.Tensor:
+        held = self.tail.shape[1]
+        buf = x.new_empty((x.shape[0], held + x.shape[1]))
+        buf[:, :held] = self.tail
+        if self.slope is None:
+            buf[:, held:] = x
+        else:
+            torch._C._nn.leaky_relu(x, self.slope, out=buf[:, held:])
+        length = buf.shape[1] - self.span
+        if length <= 0:
+            self.tail = buf
+            return _empty_like_rows(buf, self.out_channels)
+        self.tail = buf[:, length:]
+        return _conv1d(buf, self.weight, self.bias, self.dilation)
+
+    def flush(self) -> torch.Tensor:
+        # the right-hand zero padding (leaky ReLU keeps zeros zero)
+        return self.push(self.tail.new_zeros((self.tail.shape[0], self.padding)))
+
+
+class _ConvTranspose:
+    """A transposed 1-D convolution (stride s, kernel K with s <= K <= 2s),
+    streamed.  Written in polyphase form: output samples ``n*s .. n*s+s-1``
+    depend on inputs ``n-1`` and ``n`` only, so it is a kernel-2 convolution
+    with ``s x out`` channels, interleaved.  State: the last input column and
+    the samples still to crop at the start."""
+
+    def __init__(self, conv: nn.ConvTranspose1d) -> None:
+        s = self.stride = conv.stride[0]
+        kernel = conv.kernel_size[0]
+        padding = conv.padding[0]
+        if not isinstance(padding, int):
+            raise UnsupportedSpecError("transposed convolution padding must be an int")
+        if not (s <= kernel <= 2 * s) or conv.groups != 1:
+            raise UnsupportedSpecError("streamed upsampling needs stride <= kernel <= 2 x stride")
+        if conv.output_padding[0] or conv.dilation[0] != 1:
+            raise UnsupportedSpecError("streamed upsampling needs no output padding or dilation")
+        weight = conv.weight.detach()  # [in, out, K]
+        taps = functional.pad(weight, (0, 2 * s - kernel))  # [in, out, 2s]
+        # tap 0 reads input n-1 (kernel positions r+s), tap 1 input n (positions r)
+        poly = torch.stack((taps[:, :, s:], taps[:, :, :s]), dim=-1)  # [in, out, s, 2]
+        self.weight = poly.permute(1, 2, 0, 3).reshape(-1, weight.shape[0], 2).contiguous()
+        bias = conv.bias.detach() if conv.bias is not None else None
+        self.bias = bias.repeat_interleave(s) if bias is not None else None
+        self.out_channels = conv.out_channels
+        self.prev = weight.new_zeros((weight.shape[0], 1))  # input -1 is zero
+        self.skip = padding  # the whole-utterance output starts `padding` samples in
+        self.tail_length = kernel - padding - s  # raw samples past the last input's block
+
+    def _run(self, x: torch.Tensor) -> torch.Tensor:
+        buf = torch.cat((self.prev, x), 1)
+        self.prev = x[:, -1:]
+        out = _conv1d(buf, self.weight, self.bias)  # [out * s, T]
+        frames = out.shape[1]
+        return (
+            out.view(self.out_channels, self.stride, frames)
+            .transpose(1, 2)
+            .reshape(self.out_channels, frames * self.stride)
+        )
+
+    def _crop(self, y: torch.Tensor) -> torch.Tensor:
+        if self.skip:
+            cut = min(self.skip, y.shape[1])
+            self.skip -= cut
+            y = y[:, cut:]
+        return y
+
+    def push(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] == 0:
+            return _empty_like_rows(x, self.out_channels)
+        return self._crop(self._run(x))
+
+    def flush(self) -> torch.Tensor:
+        tail = self._run(torch.zeros_like(self.prev))[:, : max(0, self.tail_length)]
+        return self._crop(tail)
+
+
+class _ResidualStep:
+    """``x + branch(x)``: the branch lags, so inputs wait for it."""
+
+    def __init__(self, convs: list[_Conv]) -> None:
+        self.convs = convs  # each with its leaky ReLU
+        self.pending: torch.Tensor | None = None
+
+    def _branch(self, x: torch.Tensor, flush: bool) -> torch.Tensor:
+        for conv in self.convs:
+            x = conv.push(x)
+            if flush:
+                x = torch.cat((x, conv.flush()), 1)
+        return x
+
+    def _add(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        """``branch`` (a fresh tensor) += the inputs it lines up with."""
+        if self.pending is None:
+            self.pending = x[:, :0]
+        held, n = self.pending.shape[1], branch.shape[1]
+        if n <= held:
+            branch += self.pending[:, :n]
+            self.pending = torch.cat((self.pending[:, n:], x), 1)
+            return branch
+        branch[:, :held] += self.pending
+        branch[:, held:] += x[:, : n - held]
+        self.pending = x[:, n - held :]
+        return branch
+
+    def push(self, x: torch.Tensor) -> torch.Tensor:
+        return self._add(x, self._branch(x, flush=False))
+
+    def flush(self) -> torch.Tensor:
+        empty = self.convs[0].tail[:, :0]
+        return self._add(empty, self._branch(empty, flush=True))
+
+
+class _ResBlock:
+    def __init__(self, steps: list[_ResidualStep]) -> None:
+        self.steps = steps
+
+    def push(self, x: torch.Tensor) -> torch.Tensor:
+        for step in self.steps:
+            x = step.push(x)
+        return x
+
+    def flush(self) -> torch.Tensor:
+        out: torch.Tensor | None = None
+        for step in self.steps:
+            tail = step.flush() if out is None else torch.cat((step.push(out), step.flush()), 1)
+            out = tail
+        assert out is not None
+        return out
+
+
+class _Mean:
+    """The mean of parallel residual blocks, whose outputs lag differently."""
+
+    def __init__(self, blocks: list[_ResBlock]) -> None:
+        self.blocks = blocks
+        self.pending: list[torch.Tensor | None] = [None] * len(blocks)
+
+    def _combine(self, outs: list[torch.Tensor]) -> torch.Tensor:
+        joined = [
+            out if prev is None else torch.cat((prev, out), 1)
+            for prev, out in zip(self.pending, outs, strict=True)
+        ]
+        n = min(t.shape[1] for t in joined)
+        acc = joined[0][:, :n]
+        for t in joined[1:]:
+            acc = acc + t[:, :n]
+        self.pending = [t[:, n:] for t in joined]
+        return acc / len(self.blocks)
+
+    def push(self, x: torch.Tensor) -> torch.Tensor:
+        return self._combine([block.push(x) for block in self.blocks])
+
+    def flush(self) -> torch.Tensor:
+        return self._combine([block.flush() for block in self.blocks])
+
+
+class _Stage:
+    """Leaky ReLU, upsampling, mean of residual blocks."""
+
+    def __init__(self, up: _ConvTranspose, mean: _Mean, slope: float) -> None:
+        self.up = up
+        self.mean = mean
+        self.slope = slope
+
+    def push(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mean.push(self.up.push(functional.leaky_relu(x, self.slope)))
+
+    def flush_after(self, x: torch.Tensor) -> torch.Tensor:
+        """Push ``x`` (the previous layer's last output), then flush."""
+        head = self.push(x)
+        return torch.cat((head, self.mean.push(self.up.flush()), self.mean.flush()), 1)
+
+
+class DecoderStream:
+    """One utterance's decode state.  ``push`` latent frames, get samples."""
+
+    def __init__(self, model: HifiGan) -> None:
+        spec = model.spec
+        self.hop_length = spec.hop_length
+        self.conv_pre = _Conv(model.conv_pre)
+        self.stages: list[_Stage] = []
+        k = spec.num_kernels
+        blocks = list(model.resblocks)
+        for i, up in enumerate(model.ups):
+            assert isinstance(up, nn.ConvTranspose1d)
+            mean = _Mean([_resblock(b, spec.slope) for b in blocks[i * k : (i + 1) * k]])
+            self.stages.append(_Stage(_ConvTranspose(up), mean, spec.slope))
+        self.conv_post = _Conv(model.conv_post, spec.post_slope)
+        self.pushed = 0  #: latent frames pushed
+        self.flushed = False
+
+    def _post(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv_post.push(x)
+
+    def push(self, latent: torch.Tensor) -> torch.Tensor:
+        """``latent`` [channels, frames] -> the samples these frames determine."""
+        self.pushed += latent.shape[1]
+        x = self.conv_pre.push(latent)
+        for stage in self.stages:
+            x = stage.push(x)
+        return torch.tanh(self._post(x))[0]
+
+    def flush(self) -> torch.Tensor:
+        """End of the utterance: the samples still owed."""
+        self.flushed = True
+        x = self.conv_pre.flush()
+        for stage in self.stages:
+            x = stage.flush_after(x)
+        x = torch.cat((self._post(x), self.conv_post.flush()), 1)
+        return torch.tanh(x)[0]
+
+
+def _resblock(block: nn.Module, slope: float) -> _ResBlock:
+    convs = [c for c in block.convs if isinstance(c, nn.Conv1d)]  # type: ignore[union-attr]
+    kind = getattr(block, "kind", None)
+    if kind == 2:
+        steps = [_ResidualStep([_Conv(c, slope)]) for c in convs]
+    elif kind == 1:
+        steps = [
+            _ResidualStep([_Conv(c1, slope), _Conv(c2, slope)])
+            for c1, c2 in zip(convs[0::2], convs[1::2], strict=True)
+        ]
+    else:
+        raise UnsupportedSpecError(f"unknown residual block kind {kind!r}")
+    return _ResBlock(steps)
+
+
+def output_lag(model: HifiGan, device: torch.device) -> int:
+    """Samples by which the streamed output trails the latent pushed."""
+    frames = 64
+    with torch.inference_mode():
+        stream = DecoderStream(model)
+        zeros = torch.zeros((model.spec.latent_channels, frames), device=device)
+        produced = stream.push(zeros).shape[0]
+    return frames * model.spec.hop_length - produced
+
+
+@dataclass(frozen=True)
+class ChunkWindow:
+    """Return the samples of latent frames ``[start, end)``; the latent up to
+    ``win_end`` is needed to compute them (from ``win_start`` where a decoder
+    has no carried state)."""
+
+    start: int
+    end: int
+    win_start: int
+    win_end: int
+
+
+def plan_chunks(frames: int, schedule: Sequence[int], lookahead: int) -> list[ChunkWindow]:
+    """Split ``frames`` latent frames into chunks following ``schedule`` (the
+    last size repeats).  A chunk ``[start, end)`` needs the latent up to
+    ``end + lookahead`` (the decoder's right-hand receptive field, cropped at
+    the utterance's end); its left context is carried in the decode state."""
+    windows: list[ChunkWindow] = []
+    start = 0
+    index = 0
+    while start < frames:
+        size = schedule[min(index, len(schedule) - 1)]
+        end = min(frames, start + size)
+        windows.append(ChunkWindow(start, end, start, min(frames, end + lookahead)))
+        start = end
+        index += 1
+    return windows
+
+
+class ChunkDecoder:
+    """Frame-exact chunks of one utterance from a ``DecoderStream``:
+    ``decode_chunk`` returns the samples of ``[window.start, window.end)``,
+    pushing the latent up to ``window.win_end`` and flushing at the
+    utterance's end.  Chunks must be asked for in order."""
+
+    def __init__(self, model: HifiGan, device: torch.device, frames: int) -> None:
+        self.stream = DecoderStream(model)
+        self.device = device
+        self.frames = frames
+        self.hop_length = model.spec.hop_length
+        self._held = torch.zeros(0, device=device)  # produced, not yet returned
+
+    def decode_chunk(self, latent: np.ndarray, window: ChunkWindow) -> np.ndarray:
+        stream = self.stream
+        pieces = [self._held]
+        with torch.inference_mode():
+            if window.win_end > stream.pushed:
+                piece = np.ascontiguousarray(latent[:, stream.pushed : window.win_end])
+                pieces.append(stream.push(torch.from_numpy(piece).to(self.device)))
+            if stream.pushed >= self.frames and not stream.flushed:
+                pieces.append(stream.flush())
+            audio = torch.cat(pieces)
+            wanted = (window.end - window.start) * self.hop_length
+            if audio.shape[0] < wanted and not stream.flushed:
+                raise ValueError("chunk window stops short of the decoder's lookahead")
+            self._held = audio[wanted:]
+            result: np.ndarray = audio[:wanted].float().cpu().numpy()
+            return result
+
+
+class StreamingHifiGan:
+    """A loaded generator on a device: whole decodes, batched decodes, and
+    per-utterance ``ChunkDecoder``s."""
+
+    def __init__(self, model: HifiGan, device: torch.device) -> None:
+        self.model = model.to(device).eval()
+        self.device = device
+        self.hop_length = model.spec.hop_length
+        self.latent_channels = model.spec.latent_channels
+        #: latent frames past a chunk's end that its samples depend on
+        self.lookahead_frames = -(-output_lag(self.model, device) // self.hop_length)
+
+    def decode(self, latent: np.ndarray) -> np.ndarray:
+        """Decode a whole latent ``[channels, frames]`` to float32 samples."""
+        with torch.inference_mode():
+            z = torch.from_numpy(np.ascontiguousarray(latent, dtype=np.float32))
+            audio = self.model(z.unsqueeze(0).to(self.device))[0]
+            result: np.ndarray = audio.float().cpu().numpy()
+            return result
+
+    def decode_batch(self, latents: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Decode whole latents of equal length in one batch."""
+        with torch.inference_mode():
+            z = torch.from_numpy(np.stack(latents).astype(np.float32, copy=False))
+            audio = self.model(z.to(self.device))
+            return list(audio.float().cpu().numpy())
+
+    def open(self, frames: int) -> ChunkDecoder:
+        """The decode state of one utterance of ``frames`` latent frames."""
+        return ChunkDecoder(self.model, self.device, frames)
+
+    def plan(self, frames: int, schedule: Sequence[int]) -> list[ChunkWindow]:
+        return plan_chunks(frames, schedule, self.lookahead_frames)
+
+    def warm_up(self, schedule: Sequence[int]) -> None:
+        """Stream a few utterance lengths once, so the first request meets
+        layer shapes torch has already seen (it pays once per new shape)."""
+        first = schedule[0] + self.lookahead_frames
+        for frames in (first - 1, first + 2 * max(schedule) + 7):
+            latent = np.zeros((self.latent_channels, frames), dtype=np.float32)
+            decoder = self.open(frames)
+            for window in self.plan(frames, schedule):
+                decoder.decode_chunk(latent, window)
