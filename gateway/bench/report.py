@@ -325,7 +325,8 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
         )
     rows.append(
         (
-            "capacity: concurrent `llm` sessions with p95 first audio"
+            f"capacity: concurrent `{settings.get('capacity_pacing', 'llm')}` sessions"
+            " with p95 first audio"
             f" <= {settings['ttfa_target_ms']:.0f} ms and no underrun",
             _held(caps.get(target)),
             _held(caps.get(peer)) if peer else "-",

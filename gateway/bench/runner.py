@@ -296,7 +296,8 @@ async def _measure(
         if scenario == "barge-in" and target == "piper":
             continue  # no cancel in Piper's HTTP API
         if scenario == "capacity":
-            await _capacity(args, target, make_user, sink, pacing_llm)
+            capacity_pacing = pacing_llm if args.capacity_pacing == "llm" else flush
+            await _capacity(args, target, make_user, sink, capacity_pacing)
             continue
         users = 1 if scenario == "barge-in" else args.users
         texts = workload(scenario, users, args.utterances, args.seed)
@@ -376,7 +377,8 @@ async def _capacity(
             "target": target,
             "held_level": held,
             "ttfa_target_ms": args.ttfa_target_ms,
-            "metric": "ttfa_first_token_ms p95, llm workload",
+            "metric": f"ttfa_first_token_ms p95, {args.capacity_pacing} workload",
+            "pacing": args.capacity_pacing,
             "steps": steps,
         }
     )
@@ -444,6 +446,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prebuffer-ms", type=float, default=0.0)
     parser.add_argument("--levels", default="1,2,4,6,8,12,16", help="capacity concurrency steps")
     parser.add_argument("--capacity-utterances", type=int, default=3, help="per user and step")
+    parser.add_argument(
+        "--capacity-pacing",
+        choices=("llm", "flush"),
+        default="llm",
+        help="capacity replies as LLM tokens (default) or each sent whole and flushed",
+    )
     parser.add_argument("--ttfa-target-ms", type=float, default=1000.0)
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured utterances first")
     parser.add_argument("--voice")
