@@ -72,7 +72,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: decoder chunk sizes in latent frames (first, second, ... then the last
     #: value repeats): a small first chunk for latency, larger ones after
     chunk_schedule: list[int] = msgspec.field(default_factory=lambda: [16, 32, 64])
-    #: threads for the acoustic model and for the vocoder (0: every core, up to 4)
+    #: threads for the acoustic model and for the vocoder (0: every core, up to
+    #: 4, while the other pool is idle, one while it works)
     acoustic_threads: int = 0
     vocoder_threads: int = 0
     # --- sessions -----------------------------------------------------------

@@ -56,6 +56,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: speech length per character of text, to estimate a segment's duration
+#: before the engine knows it (English at speed 1 is about 0.06 s)
+SECONDS_PER_CHAR = 0.06
+
 
 @dataclass
 class Segment:
@@ -136,11 +140,8 @@ class AudioStream:
     def _submit(self, segment: Segment, first: bool) -> None:
         utterance = segment.utterance
         config = utterance.config
-        now = time.monotonic()
-        if utterance.first_audio_at is None:
-            deadline = now
-        else:
-            deadline = utterance.first_audio_at + utterance.sent_ms / 1000
+        start = utterance.first_audio_at
+        deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
         segment.voice_rate = self.session.engine_voice_rate(config.voice)
         segment.job = self.session.engine.submit(
             SynthesisRequest(
@@ -156,6 +157,21 @@ class AudioStream:
                 budget=self.session.budget if config.stream_audio else None,
             )
         )
+
+    def _audio_ahead_s(self, utterance: Utterance) -> float:
+        """Seconds of the utterance's audio that play before a segment
+        submitted now: what was sent, plus what the segment being spoken has
+        still to send (its length once the engine knows it, else estimated
+        from its text).  The engine serves the earliest deadline first, so a
+        prefetched segment must not look as urgent as the audio playing now."""
+        ahead = utterance.sent_ms / 1000
+        current = self.current
+        if current is not None and current.utterance is utterance and current.job is not None:
+            total = current.job.stats.audio_seconds
+            if total is None:
+                total = len(current.sentence.text) * SECONDS_PER_CHAR / utterance.config.speed
+            ahead += max(0.0, total - current.sent_ms / 1000)
+        return ahead
 
     def _prefetch(self) -> None:
         """Submit the next queued segment early, while the session buffer has
@@ -173,8 +189,8 @@ class AudioStream:
                 segment = self.queue.popleft()
                 if segment.job is None:
                     self._submit(segment, first=segment.sentence.index == 0)
-                self._prefetch()
                 self.current = segment
+                self._prefetch()
                 try:
                     await self._speak(segment)
                 finally:

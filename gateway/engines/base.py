@@ -158,6 +158,9 @@ class JobStats:
     chunks_decoded: int = 0  #: counted inside the decode worker
     chunks_after_cancel: int = 0  #: chunks whose decode began after cancel()
     audio_samples: int = 0
+    #: the segment's whole duration in seconds, once the engine knows it
+    #: (Piper: after the duration predictor); schedules the next segment
+    audio_seconds: float | None = None
     cancelled: bool = False
     extra: dict[str, float] = field(default_factory=dict)
 

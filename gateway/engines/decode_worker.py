@@ -63,6 +63,10 @@ class DecodeWorker:
             raise RuntimeError(f"worker {self.name} is closed")
         self._queue.put((item.priority(), next(self._order), item))
 
+    def active(self) -> bool:
+        """Running an item or holding one (read from other threads)."""
+        return self.busy or not self._queue.empty()
+
     def depth(self) -> int:
         """Items waiting (not counting the one running)."""
         return self._queue.qsize()

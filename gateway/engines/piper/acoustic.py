@@ -20,8 +20,7 @@ whole-utterance flow's values to float precision.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,18 +43,6 @@ def onnx_providers(choice: str) -> list[str]:
     if choice == "cuda":
         log.warning("onnx_provider=cuda but onnxruntime has no CUDA provider; using CPU")
     return ["CPUExecutionProvider"]
-
-
-def default_threads() -> int:
-    """Every core, up to 4, for each pool.
-
-    The first-audio path runs its stages one after another (the rest of the
-    flow waits for the first chunk's decode), so each stage can use the whole
-    machine; measured on 2 cores, 2+2 threads took the first chunk from
-    134 ms to 94 ms (p50) against 1+1, and the compute per second of audio
-    from 0.21 to 0.16.  Neither pool spins while idle, so when both are busy
-    under load they share the cores rather than fight for them."""
-    return max(1, min(4, os.cpu_count() or 2))
 
 
 def make_session(path: Path, providers: list[str], threads: int) -> ort.InferenceSession:
@@ -121,6 +108,12 @@ class AcousticModel:
         self._threads = threads
         self.encoder = make_session(parts.encoder, providers, threads)
         self.flow = make_session(parts.flow, providers, threads)
+        # one-thread twins, for when the decoder is working too (threads.py)
+        self._light = (
+            (make_session(parts.encoder, providers, 1), make_session(parts.flow, providers, 1))
+            if threads > 1
+            else (self.encoder, self.flow)
+        )
         self._decoder: ort.InferenceSession | None = None
         self._input_names = {i.name for i in self.encoder.get_inputs()}
 
@@ -137,6 +130,7 @@ class AcousticModel:
         scales: tuple[float, float, float],
         speaker_id: int | None = None,
         run_options: ort.RunOptions | None = None,
+        light: bool = False,
     ) -> Encoded:
         """``scales``: (noise_scale, length_scale, noise_w_scale)."""
         feeds: dict[str, np.ndarray] = {
@@ -147,7 +141,8 @@ class AcousticModel:
         if "sid" in self._input_names:
             feeds["sid"] = np.array([speaker_id or 0], dtype=np.int64)
         names = [o.name for o in self.encoder.get_outputs()]
-        outputs = dict(zip(names, self.encoder.run(names, feeds, run_options), strict=True))
+        session = self._light[0] if light else self.encoder
+        outputs = dict(zip(names, session.run(names, feeds, run_options), strict=True))
         z_p = outputs.pop(self.points.flow_input)[0]
         outputs.pop(self.points.mask)
         durations = outputs.pop(self.points.durations).reshape(-1).astype(np.int64)
@@ -159,6 +154,7 @@ class AcousticModel:
         window: FlowWindow,
         context: int = FLOW_CONTEXT_FRAMES,
         run_options: ort.RunOptions | None = None,
+        light: bool = False,
     ) -> np.ndarray:
         """Latent frames ``[window.start, window.end)`` as [C, frames]."""
         lo = max(0, window.start - context)
@@ -170,17 +166,9 @@ class AcousticModel:
         }
         for name in self.points.flow_extra:
             feeds[name] = encoded.extras[name]
-        latent = self.flow.run(None, feeds, run_options)[0][0]
+        session = self._light[1] if light else self.flow
+        latent = session.run(None, feeds, run_options)[0][0]
         return np.asarray(latent[:, window.start - lo : window.end - lo], dtype=np.float32)
-
-    def flow_windows(
-        self,
-        encoded: Encoded,
-        first: int,
-        run_options: ort.RunOptions | None = None,
-    ) -> Iterator[tuple[FlowWindow, np.ndarray]]:
-        for window in plan_flow_windows(encoded.frames, first):
-            yield window, self.flow_window(encoded, window, run_options=run_options)
 
     def flow_whole(self, encoded: Encoded) -> np.ndarray:
         return self.flow_window(encoded, FlowWindow(0, encoded.frames), context=0)

@@ -8,11 +8,12 @@ Threads: one acoustic worker (all voices) and one decode worker per torch
 device, each ordering work by (utterance's first chunk first, earliest
 playback deadline).  The acoustic worker runs the next segment's acoustic
 stage while the decode worker is still decoding the current one, except on the
-first-audio path: the rest of a segment's flow waits for its first chunk's
-decode, so that chunk has the cores to itself.  Each pool gets every core (up
-to 4) unless ``acoustic_threads``/``vocoder_threads`` say otherwise (see
-``acoustic.default_threads``), and neither spins while idle
-(``OMP_WAIT_POLICY=PASSIVE``, onnxruntime ``allow_spinning=0``).
+first-audio path: the rest of a segment's flow is queued once its first chunk
+is decoded, so that chunk has the cores to itself.  A pool uses every core
+(up to 4) while the other worker is idle and one thread while it works, unless
+``acoustic_threads``/``vocoder_threads`` fix the count (``threads.py``);
+neither spins while idle (``OMP_WAIT_POLICY=PASSIVE``, onnxruntime
+``allow_spinning=0``).
 
 What it must not do: load models at import or compute on the event loop.
 """
@@ -20,7 +21,6 @@ What it must not do: load models at import or compute on the event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -36,8 +36,9 @@ from gateway.engines.base import (
     VoiceInfo,
 )
 from gateway.engines.decode_worker import DecodeWorker
-from gateway.engines.piper.acoustic import default_threads, onnx_providers
+from gateway.engines.piper.acoustic import onnx_providers
 from gateway.engines.piper.job import AcousticItem, PiperJob
+from gateway.engines.piper.threads import ThreadPlan, configure_torch_threads, default_threads
 from gateway.engines.piper.voice import LoadedVoice, VoiceFiles
 from gateway.settings import Settings
 
@@ -62,13 +63,6 @@ def torch_device(choice: str) -> torch.device:
     return torch.device("cpu")
 
 
-def configure_torch_threads(threads: int) -> None:
-    torch.set_num_threads(threads)
-    # can only be set before the first parallel work; later calls raise
-    with contextlib.suppress(RuntimeError):
-        torch.set_num_interop_threads(1)
-
-
 class PiperEngine(Engine):
     name = "piper"
 
@@ -78,6 +72,7 @@ class PiperEngine(Engine):
         self._by_name: dict[str, LoadedVoice] = {}
         self._acoustic_worker: DecodeWorker | None = None
         self._decode_worker: DecodeWorker | None = None
+        self._threads: ThreadPlan | None = None
         self._live: set[PiperJob] = set()
         self._live_lock = threading.Lock()
         self.device = torch_device(settings.device)
@@ -128,6 +123,12 @@ class PiperEngine(Engine):
             )
         self._acoustic_worker = DecodeWorker("piper-acoustic")
         self._decode_worker = DecodeWorker(f"piper-decode-{self.device}")
+        self._threads = ThreadPlan(
+            settings.acoustic_threads,
+            settings.vocoder_threads,
+            self._acoustic_worker,
+            self._decode_worker,
+        )
         self._acoustic_worker.start()
         self._decode_worker.start()
 
@@ -150,13 +151,15 @@ class PiperEngine(Engine):
             raise SynthesisError(f"unknown voice {name!r}") from None
 
     def submit(self, request: SynthesisRequest) -> SynthesisJob:
-        if self._acoustic_worker is None or self._decode_worker is None:
+        if self._acoustic_worker is None or self._decode_worker is None or self._threads is None:
             raise SynthesisError("engine not started")
         voice = self.loaded_voice(request.voice)
         job = PiperJob(
             request,
             voice,
+            self._acoustic_worker,
             self._decode_worker,
+            self._threads,
             asyncio.get_running_loop(),
             self.settings.deterministic,
             self._job_finished,

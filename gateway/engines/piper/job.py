@@ -43,7 +43,8 @@ from gateway.engines.base import (
 )
 from gateway.engines.decode_worker import DecodeWorker, WorkItem
 from gateway.engines.piper import alignment, loudness
-from gateway.engines.piper.acoustic import Encoded
+from gateway.engines.piper.acoustic import Encoded, plan_flow_windows
+from gateway.engines.piper.threads import ThreadPlan
 from gateway.vocoders.stateful import ChunkWindow
 
 if TYPE_CHECKING:
@@ -53,9 +54,6 @@ log = logging.getLogger(__name__)
 
 #: decoded chunks a job may hold that the consumer has not taken yet
 MAX_UNDELIVERED = 2
-#: longest the rest of the flow waits for the first chunk's decode (a busy
-#: decode worker must not stall the acoustic stage for long)
-FIRST_CHUNK_WAIT_S = 0.25
 #: longest a first chunk waits for its word timings (computed alongside it)
 ALIGNMENT_WAIT_S = 1.0
 
@@ -73,7 +71,9 @@ class PiperJob(SynthesisJob):
         self,
         request: SynthesisRequest,
         voice: LoadedVoice,
+        acoustic_worker: DecodeWorker,
         decode_worker: DecodeWorker,
+        threads: ThreadPlan,
         loop: asyncio.AbstractEventLoop,
         deterministic: bool,
         on_finished: Callable[[PiperJob], None],
@@ -81,7 +81,9 @@ class PiperJob(SynthesisJob):
         self.request = request
         self.voice = voice
         self.stats = JobStats()
+        self._acoustic_worker = acoustic_worker
         self._decode_worker = decode_worker
+        self._threads = threads
         self._loop = loop
         self._deterministic = deterministic
         self._on_finished = on_finished
@@ -91,13 +93,11 @@ class PiperJob(SynthesisJob):
         self._cancelled = False
         self._finished = False
         self._run_options: ort.RunOptions | None = None
-        #: set once the first chunk is decoded (or the job ends): the rest of
-        #: the flow waits for it so the first chunk has the cores to itself
-        self._first_decoded = threading.Event()
         #: set once word timings were delivered (or none are due): the first
         #: chunk waits for it so the timings always come first
         self._aligned = threading.Event()
-        self._idle_s = 0.0  #: acoustic thread time spent waiting, not computing
+        #: the rest of the flow, queued once the first chunk is decoded
+        self._flow_rest: _FlowRestItem | None = None
         # decode state (guarded by _lock)
         self._windows: list[ChunkWindow] = []
         self._latent: np.ndarray | None = None
@@ -166,7 +166,6 @@ class PiperJob(SynthesisJob):
             if self._finished:
                 return
             self._finished = True
-        self._first_decoded.set()
         self._aligned.set()
         self._on_finished(self)  # before the end marker: the consumer may look at once
         self._deliver(error if error is not None else _END)
@@ -174,26 +173,42 @@ class PiperJob(SynthesisJob):
     # --- acoustic stage (acoustic worker thread) -----------------------------------
 
     def run_acoustic(self) -> None:
+        """The acoustic worker's first item for this job: phonemes, encoder,
+        word timings and the first flow window.  The rest of the flow is a
+        second item (``run_flow_rest``), queued at once for a segment that is
+        not first in its utterance and, for a first one, once its first chunk
+        is decoded: on a small CPU the rest of the flow would halve the first
+        chunk's speed, and meanwhile the acoustic worker serves other jobs."""
         with self._lock:
             if self._cancelled:
                 return  # never started
             self._run_options = ort.RunOptions()
-            run_options = self._run_options
         started = time.perf_counter()
         self.stats.queue_ms = (started - self._submitted) * 1e3
-        try:
-            self._acoustic(run_options)
-        except Exception as exc:  # onnxruntime raises plain exceptions on terminate
-            if self._cancelled:
-                return
-            log.exception("acoustic stage failed (%s)", self.request.label)
-            self._finish(SynthesisError(f"synthesis failed: {exc}"))
-            return
-        # compute time only: the wait for the first chunk is not acoustic work
-        self.stats.acoustic_ms = (time.perf_counter() - started - self._idle_s) * 1e3
+        if self._guard(self._acoustic_head):
+            self.stats.acoustic_ms += (time.perf_counter() - started) * 1e3
 
-    def _acoustic(self, run_options: ort.RunOptions) -> None:
+    def run_flow_rest(self, encoded: Encoded) -> None:
+        started = time.perf_counter()
+        if self._guard(lambda: self._flow_rest_windows(encoded)):
+            self.stats.acoustic_ms += (time.perf_counter() - started) * 1e3
+
+    def _guard(self, work: Callable[[], None]) -> bool:
+        """Run acoustic work; a failure ends the job with an error."""
+        if self._cancelled:
+            return False
+        try:
+            work()
+        except Exception as exc:  # onnxruntime raises plain exceptions on terminate
+            if not self._cancelled:
+                log.exception("acoustic stage failed (%s)", self.request.label)
+                self._finish(SynthesisError(f"synthesis failed: {exc}"))
+            return False
+        return True
+
+    def _acoustic_head(self) -> None:
         voice = self.voice
+        run_options = self._run_options
         phonemes = voice.phonemize(self.request.text)
         ids, spans = alignment.phoneme_id_spans(phonemes, voice.config.phoneme_id_map)
         if not any(s is not None for s in spans):
@@ -201,11 +216,13 @@ class PiperJob(SynthesisJob):
             return
         scales = voice.scales(self.request.speed, self._deterministic)
         t0 = time.perf_counter()
-        encoded = voice.acoustic.encode(ids, scales, run_options=run_options)
+        light = self._threads.acoustic_light()
+        encoded = voice.acoustic.encode(ids, scales, run_options=run_options, light=light)
         self.stats.extra["encoder_ms"] = (time.perf_counter() - t0) * 1e3
         if self._cancelled:
             return
         frames = encoded.frames
+        self.stats.audio_seconds = frames * voice.hop_length / voice.sample_rate
         windows = voice.plan(frames)
         with self._lock:
             self._windows = windows
@@ -216,22 +233,41 @@ class PiperJob(SynthesisJob):
             self._publish(frames, voice.acoustic.flow_whole(encoded))
             return
         t0 = time.perf_counter()
-        first = windows[0].win_end
-        for window, latent in voice.acoustic.flow_windows(encoded, first, run_options):
+        flow = plan_flow_windows(frames, windows[0].win_end)
+        first = flow[0]
+        self._publish(
+            first.end,
+            voice.acoustic.flow_window(encoded, first, run_options=run_options, light=light),
+        )
+        self.stats.extra["flow_first_ms"] = self.stats.extra["flow_ms"] = (
+            time.perf_counter() - t0
+        ) * 1e3
+        # word timings are worked out while the first chunk decodes; that
+        # chunk is delivered after them
+        self._deliver_alignment(phonemes, spans, encoded)
+        if len(flow) > 1:
+            rest = _FlowRestItem(self, encoded)
+            with self._lock:
+                now = not self.request.first_in_utterance or self._next_chunk > 0
+                self._flow_rest = None if now else rest
+            if now:
+                self._acoustic_worker.put(rest)
+
+    def _flow_rest_windows(self, encoded: Encoded) -> None:
+        t0 = time.perf_counter()
+        acoustic = self.voice.acoustic
+        windows = plan_flow_windows(encoded.frames, self._windows[0].win_end)[1:]
+        for window in windows:
             if self._cancelled:
                 return
+            latent = acoustic.flow_window(
+                encoded,
+                window,
+                run_options=self._run_options,
+                light=self._threads.acoustic_light(),
+            )
             self._publish(window.end, latent, window.start)
-            if window.start == 0:
-                # word timings are worked out while the first chunk decodes;
-                # that chunk is delivered after them
-                self._deliver_alignment(phonemes, spans, encoded)
-                self.stats.extra["flow_first_ms"] = (time.perf_counter() - t0) * 1e3
-                # on a small CPU the rest of the flow would halve the first
-                # chunk's speed; time to first audio comes first
-                waited = time.perf_counter()
-                self._first_decoded.wait(FIRST_CHUNK_WAIT_S)
-                self._idle_s += time.perf_counter() - waited
-        self.stats.extra["flow_ms"] = (time.perf_counter() - t0 - self._idle_s) * 1e3
+        self.stats.extra["flow_ms"] += (time.perf_counter() - t0) * 1e3
 
     def _deliver_alignment(
         self, phonemes: list[str], spans: list[tuple[int, int] | None], encoded: Encoded
@@ -294,6 +330,7 @@ class PiperJob(SynthesisJob):
             decoder = self._decoder
             started = time.perf_counter()
         assert latent is not None and decoder is not None
+        self._threads.set_vocoder_threads()
         try:
             raw = decoder.decode_chunk(latent, window)
         except Exception as exc:  # torch/onnxruntime errors: fail this segment only
@@ -319,7 +356,10 @@ class PiperJob(SynthesisJob):
             self._next_chunk = index + 1
             self._undelivered += 1
         if index == 0:
-            self._first_decoded.set()
+            with self._lock:
+                rest, self._flow_rest = self._flow_rest, None
+            if rest is not None:
+                self._acoustic_worker.put(rest)
             self._aligned.wait(ALIGNMENT_WAIT_S)
         self._deliver(AudioChunk(audio))
         if last:
@@ -346,12 +386,30 @@ class _ChunkItem(WorkItem):
         self.job.decode_chunk(self.index, self.window)
 
 
+class _FlowRestItem(WorkItem):
+    def __init__(self, job: PiperJob, encoded: Encoded) -> None:
+        self.job = job
+        self.encoded = encoded
+
+    def priority(self) -> tuple[int, float]:
+        # as urgent as its head: a first segment's second chunk is due one
+        # first chunk after its first audio, before later sessions start
+        return _acoustic_priority(self.job)
+
+    def run(self) -> None:
+        self.job.run_flow_rest(self.encoded)
+
+
 class AcousticItem(WorkItem):
     def __init__(self, job: PiperJob) -> None:
         self.job = job
 
     def priority(self) -> tuple[int, float]:
-        return (0 if self.job.request.first_in_utterance else 1, self.job.request.deadline)
+        return _acoustic_priority(self.job)
 
     def run(self) -> None:
         self.job.run_acoustic()
+
+
+def _acoustic_priority(job: PiperJob) -> tuple[int, float]:
+    return (0 if job.request.first_in_utterance else 1, job.request.deadline)

@@ -1,0 +1,67 @@
+"""How many threads each model pool uses, decided per work item.
+
+What this module is for: on a small CPU the acoustic pool (onnxruntime) and
+the vocoder pool (torch) share the cores.  Alone, a stage is fastest with
+every core: on the first-audio path the stages run one after another, and
+2+2 threads took the first chunk from 131 ms to 94 ms (p50) against 1+1 on
+2 cores.  Under load both workers are busy at once, and 2+2 threads on 2
+cores oversubscribe them: with 4 sessions starting together, 1+1 threads
+cut the playback gaps over 100 ms from 6 to 2 (``/tmp`` probe, same run).
+So, with the ``auto`` setting (0), a pool uses every core (up to 4) while the
+other worker is idle and one thread while it is working; a thread count set
+in the settings is used as it is.
+
+What it must not do: call torch from any thread but the decode worker's (the
+thread count is set there, before each chunk).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from gateway.engines.decode_worker import DecodeWorker
+
+
+def default_threads() -> int:
+    """Every core, up to 4."""
+    return max(1, min(4, os.cpu_count() or 2))
+
+
+class ThreadPlan:
+    def __init__(
+        self,
+        acoustic_threads: int,
+        vocoder_threads: int,
+        acoustic_worker: DecodeWorker,
+        decode_worker: DecodeWorker,
+    ) -> None:
+        self.adaptive_acoustic = acoustic_threads == 0
+        self.adaptive_vocoder = vocoder_threads == 0
+        self.acoustic_threads = acoustic_threads or default_threads()
+        self.vocoder_threads = vocoder_threads or default_threads()
+        self._acoustic_worker = acoustic_worker
+        self._decode_worker = decode_worker
+        self._torch_threads = 0
+
+    def acoustic_light(self) -> bool:
+        """Run the next acoustic item on one thread (the decoder is working)."""
+        return self.adaptive_acoustic and self._decode_worker.active()
+
+    def set_vocoder_threads(self) -> None:
+        """On the decode worker, before a chunk: every core unless the
+        acoustic worker is working."""
+        light = self.adaptive_vocoder and self._acoustic_worker.active()
+        want = 1 if light else self.vocoder_threads
+        if want != self._torch_threads:
+            torch.set_num_threads(want)
+            self._torch_threads = want
+
+
+def configure_torch_threads(threads: int) -> None:
+    torch.set_num_threads(threads)
+    # can only be set before the first parallel work; later calls raise
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
