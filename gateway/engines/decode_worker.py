@@ -1,11 +1,11 @@
-"""A worker thread that runs model work items in priority order.
+"""A worker thread that runs model work items, the earliest due first.
 
 What this module is for: the decode worker (one per torch device) orders
-vocoder chunks across every session: the first chunk of an utterance first,
-then the earliest playback deadline (``request.deadline`` plus the chunk's
-offset in the segment).  The engine's acoustic worker is the same thread type
-ordering whole segments by the same rule.  Results go back to asyncio through
-``loop.call_soon_threadsafe``, which the items do themselves.
+vocoder chunks across every session by when their audio is due (the engine
+says when: for Piper, ``job.PiperJob.chunk_due``).  The engine's acoustic
+worker is the same thread type ordering acoustic work by the same rule.
+Results go back to asyncio through ``loop.call_soon_threadsafe``, which the
+items do themselves.
 
 Batch size 1 costs no latency: an item runs as soon as the thread is free, it
 never waits to fill a batch.  (Batching measured no gain on the 2-core CPU;
@@ -28,11 +28,11 @@ log = logging.getLogger(__name__)
 
 
 class WorkItem(abc.ABC):
-    """One unit of work; ``priority`` is compared, lowest first."""
+    """One unit of work; the earliest ``due`` runs first."""
 
     @abc.abstractmethod
-    def priority(self) -> tuple[int, float]:
-        """(0 for an utterance's first chunk else 1, playback deadline in s)."""
+    def due(self) -> float:
+        """When the work must be done (``time.monotonic()`` seconds)."""
 
     @abc.abstractmethod
     def run(self) -> None:
@@ -44,9 +44,7 @@ class DecodeWorker:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._queue: queue.PriorityQueue[tuple[tuple[int, float], int, WorkItem | None]] = (
-            queue.PriorityQueue()
-        )
+        self._queue: queue.PriorityQueue[tuple[float, int, WorkItem | None]] = queue.PriorityQueue()
         self._order = itertools.count()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._started = False
@@ -61,7 +59,7 @@ class DecodeWorker:
     def put(self, item: WorkItem) -> None:
         if self._closed:
             raise RuntimeError(f"worker {self.name} is closed")
-        self._queue.put((item.priority(), next(self._order), item))
+        self._queue.put((item.due(), next(self._order), item))
 
     def active(self) -> bool:
         """Running an item or holding one (read from other threads)."""
@@ -77,7 +75,7 @@ class DecodeWorker:
             return
         self._closed = True
         # sorts before every real item, so nothing queued runs after close
-        self._queue.put(((-1, float("-inf")), -1, None))
+        self._queue.put((float("-inf"), -1, None))
         if self._started:
             self._thread.join(timeout)
 

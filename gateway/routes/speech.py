@@ -13,10 +13,9 @@ response format.  Three response modes:
   ``speech.audio.done``;
 * ``file`` (``stream: false``): one complete file with exact headers.
 
-Scheduling: HTTP jobs are never an utterance's first chunk and their deadline
-is ``http_deadline_offset_s`` in the future, so the engine's workers (which
-serve first chunks first, then the earliest deadline) put live WebSocket
-streams ahead of them.  ``HttpSlots`` caps HTTP synthesis separately from
+Scheduling: an HTTP job's deadline is ``http_deadline_offset_s`` in the
+future, so the engine's workers (which serve the earliest due work first)
+put live WebSocket streams ahead of it.  ``HttpSlots`` caps HTTP synthesis separately from
 the WebSocket's ``max_active_streams``.
 
 Disconnects: ``SpeechResponse`` listens for ``http.disconnect`` while it

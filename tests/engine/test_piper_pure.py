@@ -3,9 +3,12 @@ word boundaries, the soft limiter, the decode worker's order, the model cache.""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -106,13 +109,13 @@ def test_soft_limit_never_clips_and_keeps_quiet_samples(values: list[float]) -> 
 class _Recorder(WorkItem):
     def __init__(
         self,
-        key: tuple[int, float],
-        log: list[tuple[int, float]],
+        key: float,
+        log: list[float],
         gate: threading.Event | None = None,
     ) -> None:
         self.key, self.log, self.gate = key, log, gate
 
-    def priority(self) -> tuple[int, float]:
+    def due(self) -> float:
         return self.key
 
     def run(self) -> None:
@@ -121,13 +124,13 @@ class _Recorder(WorkItem):
         self.log.append(self.key)
 
 
-def test_decode_worker_orders_first_chunks_then_deadlines() -> None:
+def test_decode_worker_serves_the_earliest_due_first() -> None:
     worker = DecodeWorker("test")
-    order: list[tuple[int, float]] = []
+    order: list[float] = []
     gate = threading.Event()
-    worker.put(_Recorder((1, 0.0), order, gate))  # holds the thread while we queue
+    worker.put(_Recorder(0.0, order, gate))  # holds the thread while we queue
     worker.start()
-    keys = [(1, 3.0), (1, 1.0), (0, 9.0), (1, 2.0), (0, 5.0)]
+    keys = [3.0, 1.0, 9.0, 2.0, 5.0]
     for key in keys:
         worker.put(_Recorder(key, order))
     assert worker.depth() >= len(keys) - 1
@@ -135,8 +138,8 @@ def test_decode_worker_orders_first_chunks_then_deadlines() -> None:
     done = threading.Event()
 
     class _Done(WorkItem):
-        def priority(self) -> tuple[int, float]:
-            return (2, 0.0)
+        def due(self) -> float:
+            return 100.0
 
         def run(self) -> None:
             done.set()
@@ -144,7 +147,7 @@ def test_decode_worker_orders_first_chunks_then_deadlines() -> None:
     worker.put(_Done())
     assert done.wait(5)
     worker.close()
-    assert order[1:] == [(0, 5.0), (0, 9.0), (1, 1.0), (1, 2.0), (1, 3.0)]
+    assert order[1:] == [1.0, 2.0, 3.0, 5.0, 9.0]
 
 
 def test_model_cache_reextracts_on_mismatch(tmp_path: Path) -> None:
@@ -160,3 +163,56 @@ def test_model_cache_reextracts_on_mismatch(tmp_path: Path) -> None:
     parts.decoder.write_bytes(b"damaged")
     repaired = split_voice(model, tmp_path)
     assert repaired.decoder.stat().st_size > 1000  # re-extracted
+
+
+def _job(deadline: float, first: bool) -> Any:
+    from gateway.engines.base import SynthesisRequest
+    from gateway.engines.piper.job import PiperJob
+    from gateway.engines.piper.threads import ThreadPlan
+
+    acoustic, decode = DecodeWorker("a"), DecodeWorker("d")
+    voice = SimpleNamespace(hop_length=256, sample_rate=22050)
+    request = SynthesisRequest("x", "joe", deadline=deadline, first_in_utterance=first)
+    loop = asyncio.new_event_loop()
+    loop.close()
+    return PiperJob(
+        request,
+        voice,
+        acoustic,
+        decode,
+        ThreadPlan(0, 0, acoustic, decode),  # type: ignore[arg-type]
+        loop,
+        False,
+        lambda job: None,
+    )
+
+
+def test_scheduling_serves_audio_already_playing_before_a_new_utterance() -> None:
+    """A new utterance's first audio may wait FIRST_AUDIO_SLACK_S for other
+    sessions' audio due sooner; audio due later waits for it."""
+    from gateway.engines.piper.job import ACOUSTIC_LEAD_S, FIRST_AUDIO_SLACK_S
+    from gateway.vocoders.stateful import plan_chunks
+
+    now = 100.0
+    new = _job(now, first=True)
+    new._windows = plan_chunks(400, [16, 32, 64], 11)
+    playing = _job(now - 1.0, first=True)
+    playing._windows = plan_chunks(400, [16, 32, 64], 11)
+    playing._audio_base = now - 0.5  # its listener started hearing it 0.5 s ago
+    frames_per_s = 22050 / 256
+
+    first_chunk = new.chunk_due(0, new._windows[0])
+    assert first_chunk == new.head_due() == now + FIRST_AUDIO_SLACK_S
+    soon = playing._windows[2]  # plays within the slack
+    later = playing._windows[3]
+    assert soon.start / frames_per_s - 0.5 < FIRST_AUDIO_SLACK_S < later.start / frames_per_s - 0.5
+    assert playing.chunk_due(2, soon) < first_chunk < playing.chunk_due(3, later)
+    # a first segment's later chunks count from its first audio, once it has some
+    assert new.chunk_due(1, new._windows[1]) == now + 16 / frames_per_s
+    new._audio_base = now + 0.3
+    assert new.chunk_due(1, new._windows[1]) == now + 0.3 + 16 / frames_per_s
+    assert new.flow_rest_due() == new.chunk_due(1, new._windows[1]) - ACOUSTIC_LEAD_S
+    # a prefetched sentence's acoustic work is due a lead before it plays
+    nxt = _job(now + 4.0, first=False)
+    assert nxt.head_due() == now + 4.0 - ACOUSTIC_LEAD_S
+    assert nxt.chunk_due(0, plan_chunks(50, [16], 11)[0]) == now + 4.0

@@ -5,8 +5,8 @@ predictor -> flow on windows of the latent (first window first) -> torch
 HiFi-GAN decode chunk by chunk with carried state -> fixed gain and soft limiter.
 
 Threads: one acoustic worker (all voices) and one decode worker per torch
-device, each ordering work by (utterance's first chunk first, earliest
-playback deadline).  The acoustic worker runs the next segment's acoustic
+device, each serving the earliest due work first (``job.py`` says when each
+item is due).  The acoustic worker runs the next segment's acoustic
 stage while the decode worker is still decoding the current one, except on the
 first-audio path: the rest of a segment's flow is queued once its first chunk
 is decoded, so that chunk has the cores to itself.  A pool uses every core

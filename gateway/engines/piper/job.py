@@ -56,6 +56,14 @@ log = logging.getLogger(__name__)
 MAX_UNDELIVERED = 2
 #: longest a first chunk waits for its word timings (computed alongside it)
 ALIGNMENT_WAIT_S = 1.0
+#: how long a new utterance's first audio may wait for audio already playing
+#: in other sessions.  Its acoustic head and first chunk are due this long
+#: after submission, so under load the sessions already speaking keep their
+#: audio flowing and new ones start a little later, one after another; alone,
+#: nothing competes and it changes nothing.
+FIRST_AUDIO_SLACK_S = 0.25
+#: acoustic work is due this long before the audio it feeds plays
+ACOUSTIC_LEAD_S = 0.2
 
 
 class _End:
@@ -98,6 +106,9 @@ class PiperJob(SynthesisJob):
         self._aligned = threading.Event()
         #: the rest of the flow, queued once the first chunk is decoded
         self._flow_rest: _FlowRestItem | None = None
+        #: when the first chunk was decoded (monotonic): later chunks are due
+        #: from then on
+        self._audio_base: float | None = None
         # decode state (guarded by _lock)
         self._windows: list[ChunkWindow] = []
         self._latent: np.ndarray | None = None
@@ -352,6 +363,7 @@ class PiperJob(SynthesisJob):
                 return
             if index == 0:
                 self.stats.first_chunk_ms = (now - self._submitted) * 1e3
+                self._audio_base = time.monotonic()
             self.stats.audio_samples += int(audio.shape[0])
             self._next_chunk = index + 1
             self._undelivered += 1
@@ -367,10 +379,33 @@ class PiperJob(SynthesisJob):
         else:
             self._schedule_next()
 
-    def chunk_priority(self, index: int, window: ChunkWindow) -> tuple[int, float]:
-        first = 0 if (index == 0 and self.request.first_in_utterance) else 1
-        offset = window.start * self.voice.hop_length / self.voice.sample_rate
-        return (first, self.request.deadline + offset)
+    # --- scheduling: every work item is due at a time (earliest first) ---------------
+
+    def due(self, frame: int) -> float:
+        """When the audio of latent ``frame`` plays: counted from this
+        segment's first decoded chunk once there is one (for a first segment,
+        that is when its listener starts hearing it), else from the request's
+        deadline."""
+        base = self._audio_base if self._audio_base is not None else self.request.deadline
+        return base + frame * self.voice.hop_length / self.voice.sample_rate
+
+    def head_due(self) -> float:
+        """The acoustic head: a new utterance's first audio may wait
+        ``FIRST_AUDIO_SLACK_S`` for audio already playing; a later segment's
+        head must finish ``ACOUSTIC_LEAD_S`` before it plays."""
+        if self.request.first_in_utterance:
+            return self.request.deadline + FIRST_AUDIO_SLACK_S
+        return self.request.deadline - ACOUSTIC_LEAD_S
+
+    def chunk_due(self, index: int, window: ChunkWindow) -> float:
+        if index == 0 and self.request.first_in_utterance:
+            return self.request.deadline + FIRST_AUDIO_SLACK_S
+        return self.due(window.start)
+
+    def flow_rest_due(self) -> float:
+        """Before the second chunk, which plays one first chunk in."""
+        second = self._windows[1].start if len(self._windows) > 1 else 0
+        return self.due(second) - ACOUSTIC_LEAD_S
 
 
 class _ChunkItem(WorkItem):
@@ -379,8 +414,8 @@ class _ChunkItem(WorkItem):
         self.index = index
         self.window = window
 
-    def priority(self) -> tuple[int, float]:
-        return self.job.chunk_priority(self.index, self.window)
+    def due(self) -> float:
+        return self.job.chunk_due(self.index, self.window)
 
     def run(self) -> None:
         self.job.decode_chunk(self.index, self.window)
@@ -391,10 +426,8 @@ class _FlowRestItem(WorkItem):
         self.job = job
         self.encoded = encoded
 
-    def priority(self) -> tuple[int, float]:
-        # as urgent as its head: a first segment's second chunk is due one
-        # first chunk after its first audio, before later sessions start
-        return _acoustic_priority(self.job)
+    def due(self) -> float:
+        return self.job.flow_rest_due()
 
     def run(self) -> None:
         self.job.run_flow_rest(self.encoded)
@@ -404,12 +437,8 @@ class AcousticItem(WorkItem):
     def __init__(self, job: PiperJob) -> None:
         self.job = job
 
-    def priority(self) -> tuple[int, float]:
-        return _acoustic_priority(self.job)
+    def due(self) -> float:
+        return self.job.head_due()
 
     def run(self) -> None:
         self.job.run_acoustic()
-
-
-def _acoustic_priority(job: PiperJob) -> tuple[int, float]:
-    return (0 if job.request.first_in_utterance else 1, job.request.deadline)
