@@ -78,17 +78,60 @@ def _conv(
     return out[0, :, 0, :].t()
 
 
+def _fill(held: torch.Tensor, x: torch.Tensor, slope: float | None) -> torch.Tensor:
+    """``held`` then ``x`` (through a leaky ReLU when ``slope`` is given) in
+    one new buffer: one pass over ``x``, not two."""
+    n = held.shape[0]
+    buf = x.new_empty((n + x.shape[0], x.shape[1]))
+    buf[:n] = held
+    if slope is None:
+        buf[n:] = x
+    else:
+        torch._C._nn.leaky_relu(x, slope, out=buf[n:])
+    return buf
+
+
+#: weights in the streamed layout, made once per layer (3 ms a stream otherwise)
+_WEIGHTS: weakref.WeakKeyDictionary[nn.Module, tuple[torch.Tensor, torch.Tensor | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _prepared(
+    conv: nn.Conv1d | nn.ConvTranspose1d, scale: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A layer's weights for ``_conv``, times ``scale`` (the mean's 1/k folded
+    into the layer after it: leaky ReLU commutes with a positive scale).  A
+    transposed convolution becomes a kernel-2 convolution with ``stride x
+    out`` channels, channel ``r * out + o`` being output ``o`` at phase ``r``
+    (time-major, ``[T, stride x out]`` is then ``[T x stride, out]``)."""
+    cached = _WEIGHTS.get(conv)
+    if cached is not None:
+        return cached
+    with torch.inference_mode(False), torch.no_grad():
+        weight = conv.weight.detach() * scale
+        bias = conv.bias.detach() if conv.bias is not None else None
+        if isinstance(conv, nn.ConvTranspose1d):
+            s = conv.stride[0]
+            taps = functional.pad(weight, (0, 2 * s - conv.kernel_size[0]))  # [in, out, 2s]
+            # tap 0 reads input n-1 (kernel positions r+s), tap 1 input n (positions r)
+            poly = torch.stack((taps[:, :, s:], taps[:, :, :s]), dim=-1)  # [in, out, s, 2]
+            weight = poly.permute(2, 1, 0, 3).reshape(-1, weight.shape[0], 2)  # [s*out, in, 2]
+            bias = bias.repeat(s) if bias is not None else None
+        cached = (_conv_weight(weight), bias)
+    _WEIGHTS[conv] = cached
+    return cached
+
+
 class _Conv:
     """A 'same'-padded 1-D convolution, streamed: state is the input tail.
-    With ``slope``, a leaky ReLU is applied to the input first (written
-    straight into the convolution's buffer: one pass over memory, not two)."""
+    With ``slope``, a leaky ReLU is applied to the input first."""
 
-    def __init__(self, conv: nn.Conv1d, slope: float | None = None) -> None:
+    def __init__(self, conv: nn.Conv1d, slope: float | None = None, scale: float = 1.0) -> None:
         if conv.stride[0] != 1 or conv.groups != 1:
             raise UnsupportedSpecError("streamed convolutions need stride 1 and one group")
         self.slope = slope
-        self.weight = _conv_weights(conv)
-        self.bias = conv.bias.detach() if conv.bias is not None else None
+        self.weight, self.bias = _prepared(conv, scale)
         self.dilation = conv.dilation[0]
         self.span = self.dilation * (conv.kernel_size[0] - 1)
         padding = conv.padding[0]
@@ -99,13 +142,7 @@ class _Conv:
         self.out_channels = conv.out_channels
 
     def push(self, x: torch.Tensor) -> torch.Tensor:
-        held = self.tail.shape[0]
-        buf = x.new_empty((held + x.shape[0], x.shape[1]))
-        buf[:held] = self.tail
-        if self.slope is None:
-            buf[held:] = x
-        else:
-            torch._C._nn.leaky_relu(x, self.slope, out=buf[held:])
+        buf = _fill(self.tail, x, self.slope)
         length = buf.shape[0] - self.span
         if length <= 0:
             self.tail = buf
@@ -118,49 +155,14 @@ class _Conv:
         return self.push(self.tail.new_zeros((self.padding, self.tail.shape[1])))
 
 
-#: weights in the streamed layout, made once per layer (3 ms a stream otherwise)
-_WEIGHTS: weakref.WeakKeyDictionary[nn.Module, tuple[torch.Tensor, torch.Tensor | None]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _conv_weights(conv: nn.Conv1d) -> torch.Tensor:
-    cached = _WEIGHTS.get(conv)
-    if cached is None:
-        with torch.inference_mode(False), torch.no_grad():
-            cached = (_conv_weight(conv.weight), None)
-        _WEIGHTS[conv] = cached
-    return cached[0]
-
-
-def _polyphase(conv: nn.ConvTranspose1d) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A transposed convolution's weights as a kernel-2 convolution with
-    ``stride x out`` channels, channel ``r * out + o`` being output ``o`` at
-    phase ``r``: time-major, ``[T, stride x out]`` is ``[T x stride, out]``."""
-    cached = _WEIGHTS.get(conv)
-    if cached is not None:
-        return cached
-    s = conv.stride[0]
-    with torch.inference_mode(False), torch.no_grad():
-        weight = conv.weight.detach()  # [in, out, K]
-        taps = functional.pad(weight, (0, 2 * s - conv.kernel_size[0]))  # [in, out, 2s]
-        # tap 0 reads input n-1 (kernel positions r+s), tap 1 input n (positions r)
-        poly = torch.stack((taps[:, :, s:], taps[:, :, :s]), dim=-1)  # [in, out, s, 2]
-        poly = poly.permute(2, 1, 0, 3).reshape(-1, weight.shape[0], 2)  # [s*out, in, 2]
-        bias = conv.bias.detach().repeat(s) if conv.bias is not None else None
-        cached = (_conv_weight(poly), bias)
-    _WEIGHTS[conv] = cached
-    return cached
-
-
 class _ConvTranspose:
-    """A transposed 1-D convolution (stride s, kernel K with s <= K <= 2s),
-    streamed.  Written in polyphase form: output samples ``n*s .. n*s+s-1``
-    depend on inputs ``n-1`` and ``n`` only, so it is a kernel-2 convolution
-    with ``s x out`` channels.  State: the last input row and the samples
-    still to crop at the start."""
+    """A transposed 1-D convolution (stride s, kernel K with s <= K <= 2s)
+    after a leaky ReLU, streamed.  Written in polyphase form: output samples
+    ``n*s .. n*s+s-1`` depend on inputs ``n-1`` and ``n`` only, so it is a
+    kernel-2 convolution with ``s x out`` channels.  State: the last input
+    row (after the ReLU) and the samples still to crop at the start."""
 
-    def __init__(self, conv: nn.ConvTranspose1d) -> None:
+    def __init__(self, conv: nn.ConvTranspose1d, slope: float, scale: float = 1.0) -> None:
         s = self.stride = conv.stride[0]
         kernel = conv.kernel_size[0]
         padding = conv.padding[0]
@@ -170,15 +172,16 @@ class _ConvTranspose:
             raise UnsupportedSpecError("streamed upsampling needs stride <= kernel <= 2 x stride")
         if conv.output_padding[0] or conv.dilation[0] != 1:
             raise UnsupportedSpecError("streamed upsampling needs no output padding or dilation")
-        self.weight, self.bias = _polyphase(conv)
+        self.slope = slope
+        self.weight, self.bias = _prepared(conv, scale)
         self.out_channels = conv.out_channels
         self.prev = conv.weight.new_zeros((1, conv.in_channels))  # input -1 is zero
         self.skip = padding  # the whole-utterance output starts `padding` samples in
         self.tail_length = kernel - padding - s  # raw samples past the last input's block
 
-    def _run(self, x: torch.Tensor) -> torch.Tensor:
-        buf = torch.cat((self.prev, x))
-        self.prev = x[-1:]
+    def _run(self, x: torch.Tensor, slope: float | None) -> torch.Tensor:
+        buf = _fill(self.prev, x, slope)
+        self.prev = buf[-1:]
         out = _conv(buf, self.weight, self.bias)  # [T, s * out], phase-major channels
         return out.reshape(out.shape[0] * self.stride, self.out_channels)
 
@@ -192,10 +195,10 @@ class _ConvTranspose:
     def push(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 0:
             return x.new_zeros((0, self.out_channels))
-        return self._crop(self._run(x))
+        return self._crop(self._run(x, self.slope))
 
     def flush(self) -> torch.Tensor:
-        tail = self._run(torch.zeros_like(self.prev))[: max(0, self.tail_length)]
+        tail = self._run(torch.zeros_like(self.prev), None)[: max(0, self.tail_length)]
         return self._crop(tail)
 
 
@@ -253,23 +256,27 @@ class _ResBlock:
 
 
 class _Mean:
-    """The mean of parallel residual blocks, whose outputs lag differently."""
+    """The sum of parallel residual blocks, whose outputs lag differently
+    (the mean's 1/k is folded into the next layer's weights)."""
 
     def __init__(self, blocks: list[_ResBlock]) -> None:
         self.blocks = blocks
         self.pending: list[torch.Tensor | None] = [None] * len(blocks)
 
     def _combine(self, outs: list[torch.Tensor]) -> torch.Tensor:
-        joined = [
-            out if prev is None else torch.cat((prev, out))
-            for prev, out in zip(self.pending, outs, strict=True)
-        ]
-        n = min(t.shape[0] for t in joined)
-        acc = joined[0][:n]
-        for t in joined[1:]:
-            acc = acc + t[:n]
-        self.pending = [t[n:] for t in joined]
-        return acc / len(self.blocks)
+        held = [p if p is not None else _none(o) for p, o in zip(self.pending, outs, strict=True)]
+        n = min(h.shape[0] + o.shape[0] for h, o in zip(held, outs, strict=True))
+        acc = outs[0].new_empty((n, outs[0].shape[1]))
+        for i, (h, o) in enumerate(zip(held, outs, strict=True)):
+            m = min(n, h.shape[0])
+            if i == 0:
+                acc[:m] = h[:m]
+                acc[m:] = o[: n - m]
+            else:
+                acc[:m] += h[:m]
+                acc[m:] += o[: n - m]
+            self.pending[i] = torch.cat((h[m:], o)) if m == n else o[n - m :]
+        return acc
 
     def push(self, x: torch.Tensor) -> torch.Tensor:
         return self._combine([block.push(x) for block in self.blocks])
@@ -281,13 +288,12 @@ class _Mean:
 class _Stage:
     """Leaky ReLU, upsampling, mean of residual blocks."""
 
-    def __init__(self, up: _ConvTranspose, mean: _Mean, slope: float) -> None:
+    def __init__(self, up: _ConvTranspose, mean: _Mean) -> None:
         self.up = up
         self.mean = mean
-        self.slope = slope
 
     def push(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mean.push(self.up.push(functional.leaky_relu(x, self.slope)))
+        return self.mean.push(self.up.push(x))
 
     def flush_after(self, x: torch.Tensor) -> torch.Tensor:
         """Push ``x`` (the previous layer's last output), then flush."""
@@ -309,8 +315,9 @@ class DecoderStream:
         for i, up in enumerate(model.ups):
             assert isinstance(up, nn.ConvTranspose1d)
             mean = _Mean([_resblock(b, spec.slope) for b in blocks[i * k : (i + 1) * k]])
-            self.stages.append(_Stage(_ConvTranspose(up), mean, spec.slope))
-        self.conv_post = _Conv(model.conv_post, spec.post_slope)
+            # every stage after the first takes the previous stage's sum of k
+            self.stages.append(_Stage(_ConvTranspose(up, spec.slope, 1 / k if i else 1.0), mean))
+        self.conv_post = _Conv(model.conv_post, spec.post_slope, 1 / k)
         self.pushed = 0  #: latent frames pushed
         self.flushed = False
 
