@@ -12,9 +12,12 @@ engine's acoustic worker thread).  A cancelled segment's run is stopped with
 
 Flow windowing: the flow is four coupling layers, each a WaveNet of four
 convolutions with kernel 5 and dilation 1, so its receptive field is +-32
-latent frames.  A window ``[start, end)`` is computed from
-``[start - 32, end + 32]`` cropped at the utterance edges, which gives the
-whole-utterance flow's values to float precision.
+latent frames, but the influence of far frames fades fast.  A window
+``[start, end)`` is computed from ``[start - 20, end + 20]`` cropped at the
+utterance edges: measured against the whole flow on three sentences (noise
+on), the worst latent SNR was 103 dB with 20 frames of context (76 dB with
+16, 137 dB with the full 32), and it saves a fifth of the first window's
+time and 24 frames of recomputation at each window boundary.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from gateway.engines.piper.graph import VoiceParts
 
 log = logging.getLogger(__name__)
 
-#: latent frames of flow context on each side (its receptive field)
-FLOW_CONTEXT_FRAMES = 32
+#: latent frames of flow context on each side (see the module docstring)
+FLOW_CONTEXT_FRAMES = 20
 
 
 def onnx_providers(choice: str) -> list[str]:
