@@ -341,7 +341,7 @@ class PiperJob(SynthesisJob):
             decoder = self._decoder
             started = time.perf_counter()
         assert latent is not None and decoder is not None
-        self._threads.set_vocoder_threads()
+        self._threads.set_vocoder_threads(index == 0 and self.request.first_in_utterance)
         try:
             raw = decoder.decode_chunk(latent, window)
         except Exception as exc:  # torch/onnxruntime errors: fail this segment only

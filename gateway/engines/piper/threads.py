@@ -9,7 +9,12 @@ cores oversubscribe them: with 4 sessions starting together, 1+1 threads
 cut the playback gaps over 100 ms from 6 to 2 (``/tmp`` probe, same run).
 So, with the ``auto`` setting (0), a pool uses every core (up to 4) while the
 other worker is idle and one thread while it is working; a thread count set
-in the settings is used as it is.
+in the settings is used as it is.  Two exceptions keep the first-audio path
+fast: an utterance's first chunk always gets every core (the acoustic item
+that fed it may still be finishing), and the acoustic model goes light only
+when decode work is *queued*, not for the chunk in flight (a segment's last
+chunk releases its consumer, which may submit the next text, before the
+decode worker is marked idle).
 
 What it must not do: call torch from any thread but the decode worker's (the
 thread count is set there, before each chunk).
@@ -47,13 +52,13 @@ class ThreadPlan:
         self._torch_threads = 0
 
     def acoustic_light(self) -> bool:
-        """Run the next acoustic item on one thread (the decoder is working)."""
-        return self.adaptive_acoustic and self._decode_worker.active()
+        """Run the next acoustic item on one thread (decode work is waiting)."""
+        return self.adaptive_acoustic and self._decode_worker.depth() > 0
 
-    def set_vocoder_threads(self) -> None:
-        """On the decode worker, before a chunk: every core unless the
-        acoustic worker is working."""
-        light = self.adaptive_vocoder and self._acoustic_worker.active()
+    def set_vocoder_threads(self, first_chunk: bool) -> None:
+        """On the decode worker, before a chunk: every core for an
+        utterance's first chunk or while the acoustic worker is idle."""
+        light = self.adaptive_vocoder and not first_chunk and self._acoustic_worker.active()
         want = 1 if light else self.vocoder_threads
         if want != self._torch_threads:
             torch.set_num_threads(want)
