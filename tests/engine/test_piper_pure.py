@@ -211,7 +211,10 @@ def test_scheduling_serves_audio_already_playing_before_a_new_utterance() -> Non
     assert new.chunk_due(1, new._windows[1]) == now + 16 / frames_per_s
     new._audio_base = now + 0.3
     assert new.chunk_due(1, new._windows[1]) == now + 0.3 + 16 / frames_per_s
-    assert new.flow_rest_due() == new.chunk_due(1, new._windows[1]) - ACOUSTIC_LEAD_S
+    flow = plan_flow_windows(400, new._windows[0].win_end)
+    assert new.flow_window_due(flow[1]) == new.chunk_due(1, new._windows[1]) - ACOUSTIC_LEAD_S
+    # the third window feeds the chunk at frame 112, which plays 1.3 s in
+    assert new.flow_window_due(flow[2]) == new.due(112) - ACOUSTIC_LEAD_S
     # a prefetched sentence's acoustic work is due a lead before it plays
     nxt = _job(now + 4.0, first=False)
     assert nxt.head_due() == now + 4.0 - ACOUSTIC_LEAD_S

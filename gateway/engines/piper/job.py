@@ -43,7 +43,7 @@ from gateway.engines.base import (
 )
 from gateway.engines.decode_worker import DecodeWorker, WorkItem
 from gateway.engines.piper import alignment, loudness
-from gateway.engines.piper.acoustic import Encoded, plan_flow_windows
+from gateway.engines.piper.acoustic import Encoded, FlowWindow, plan_flow_windows
 from gateway.engines.piper.threads import ThreadPlan
 from gateway.vocoders.stateful import ChunkWindow
 
@@ -105,7 +105,7 @@ class PiperJob(SynthesisJob):
         #: chunk waits for it so the timings always come first
         self._aligned = threading.Event()
         #: the rest of the flow, queued once the first chunk is decoded
-        self._flow_rest: _FlowRestItem | None = None
+        self._flow_rest: _FlowWindowItem | None = None
         #: when the first chunk was decoded (monotonic): later chunks are due
         #: from then on
         self._audio_base: float | None = None
@@ -185,11 +185,12 @@ class PiperJob(SynthesisJob):
 
     def run_acoustic(self) -> None:
         """The acoustic worker's first item for this job: phonemes, encoder,
-        word timings and the first flow window.  The rest of the flow is a
-        second item (``run_flow_rest``), queued at once for a segment that is
-        not first in its utterance and, for a first one, once its first chunk
-        is decoded: on a small CPU the rest of the flow would halve the first
-        chunk's speed, and meanwhile the acoustic worker serves other jobs."""
+        word timings and the first flow window.  Each later flow window is an
+        item of its own (``run_flow_window``), due before the first chunk that
+        needs it, queued one after another: the second at once for a segment
+        that is not first in its utterance and, for a first one, once its
+        first chunk is decoded (on a small CPU the flow would halve the first
+        chunk's speed); meanwhile the acoustic worker serves other jobs."""
         with self._lock:
             if self._cancelled:
                 return  # never started
@@ -199,10 +200,12 @@ class PiperJob(SynthesisJob):
         if self._guard(self._acoustic_head):
             self.stats.acoustic_ms += (time.perf_counter() - started) * 1e3
 
-    def run_flow_rest(self, encoded: Encoded) -> None:
+    def run_flow_window(self, item: _FlowWindowItem) -> None:
         started = time.perf_counter()
-        if self._guard(lambda: self._flow_rest_windows(encoded)):
-            self.stats.acoustic_ms += (time.perf_counter() - started) * 1e3
+        if self._guard(lambda: self._flow_window(item)):
+            elapsed = (time.perf_counter() - started) * 1e3
+            self.stats.acoustic_ms += elapsed
+            self.stats.extra["flow_ms"] += elapsed
 
     def _guard(self, work: Callable[[], None]) -> bool:
         """Run acoustic work; a failure ends the job with an error."""
@@ -257,28 +260,26 @@ class PiperJob(SynthesisJob):
         # chunk is delivered after them
         self._deliver_alignment(phonemes, spans, encoded)
         if len(flow) > 1:
-            rest = _FlowRestItem(self, encoded)
+            rest = _FlowWindowItem(self, encoded, flow, 1)
             with self._lock:
                 now = not self.request.first_in_utterance or self._next_chunk > 0
                 self._flow_rest = None if now else rest
             if now:
                 self._acoustic_worker.put(rest)
 
-    def _flow_rest_windows(self, encoded: Encoded) -> None:
-        t0 = time.perf_counter()
-        acoustic = self.voice.acoustic
-        windows = plan_flow_windows(encoded.frames, self._windows[0].win_end)[1:]
-        for window in windows:
-            if self._cancelled:
-                return
-            latent = acoustic.flow_window(
-                encoded,
-                window,
-                run_options=self._run_options,
-                light=self._threads.acoustic_light(),
+    def _flow_window(self, item: _FlowWindowItem) -> None:
+        window = item.windows[item.index]
+        latent = self.voice.acoustic.flow_window(
+            item.encoded,
+            window,
+            run_options=self._run_options,
+            light=self._threads.acoustic_light(),
+        )
+        self._publish(window.end, latent, window.start)
+        if item.index + 1 < len(item.windows) and not self._cancelled:
+            self._acoustic_worker.put(
+                _FlowWindowItem(self, item.encoded, item.windows, item.index + 1)
             )
-            self._publish(window.end, latent, window.start)
-        self.stats.extra["flow_ms"] += (time.perf_counter() - t0) * 1e3
 
     def _deliver_alignment(
         self, phonemes: list[str], spans: list[tuple[int, int] | None], encoded: Encoded
@@ -402,10 +403,10 @@ class PiperJob(SynthesisJob):
             return self.request.deadline + FIRST_AUDIO_SLACK_S
         return self.due(window.start)
 
-    def flow_rest_due(self) -> float:
-        """Before the second chunk, which plays one first chunk in."""
-        second = self._windows[1].start if len(self._windows) > 1 else 0
-        return self.due(second) - ACOUSTIC_LEAD_S
+    def flow_window_due(self, window: FlowWindow) -> float:
+        """A lead before the first chunk that needs this window plays."""
+        start = next((w.start for w in self._windows if w.win_end > window.start), 0)
+        return self.due(start) - ACOUSTIC_LEAD_S
 
 
 class _ChunkItem(WorkItem):
@@ -421,16 +422,22 @@ class _ChunkItem(WorkItem):
         self.job.decode_chunk(self.index, self.window)
 
 
-class _FlowRestItem(WorkItem):
-    def __init__(self, job: PiperJob, encoded: Encoded) -> None:
+class _FlowWindowItem(WorkItem):
+    """Flow window ``windows[index]`` (index >= 1) of a job."""
+
+    def __init__(
+        self, job: PiperJob, encoded: Encoded, windows: list[FlowWindow], index: int
+    ) -> None:
         self.job = job
         self.encoded = encoded
+        self.windows = windows
+        self.index = index
 
     def due(self) -> float:
-        return self.job.flow_rest_due()
+        return self.job.flow_window_due(self.windows[self.index])
 
     def run(self) -> None:
-        self.job.run_flow_rest(self.encoded)
+        self.job.run_flow_window(self)
 
 
 class AcousticItem(WorkItem):
