@@ -24,6 +24,11 @@ README_HEADING = "## Performance"
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 
 
+def _stagger(settings: dict[str, Any]) -> str:
+    stagger = settings.get("capacity_stagger_s") or 0
+    return f" (starts spread over {stagger:g} s)" if stagger else " (all starting at once)"
+
+
 def load(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -326,7 +331,8 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
     rows.append(
         (
             f"capacity: concurrent `{settings.get('capacity_pacing', 'llm')}` sessions"
-            " with p95 first audio"
+            + _stagger(settings)
+            + " with p95 first audio"
             f" <= {settings['ttfa_target_ms']:.0f} ms and no underrun",
             _held(caps.get(target)),
             _held(caps.get(peer)) if peer else "-",

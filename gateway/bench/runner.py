@@ -166,15 +166,21 @@ async def run_users(
     seed: int,
     cancel_range_s: tuple[float, float] | None,
     progress: Progress,
+    stagger_s: float = 0.0,
 ) -> list[Record]:
-    """``len(texts)`` users at once, each speaking its texts one after another."""
+    """``len(texts)`` users at once, each speaking its texts one after another;
+    with ``stagger_s``, each user starts after a seeded delay in
+    ``[0, stagger_s]`` (its connection is open from the start)."""
 
     async def one(user_index: int, user_texts: list[str]) -> list[Record]:
         rng = random.Random(f"{seed}:{scenario}:{level}:{user_index}")
+        delay = random.Random(f"{seed}:{scenario}:{level}:{user_index}:start")
         user = make_user()
         records: list[Record] = []
         try:
             await user.open()
+            if stagger_s > 0:
+                await asyncio.sleep(delay.uniform(0, stagger_s))
             for i, text in enumerate(user_texts):
                 record = Record(target, scenario, level, user_index, i, text)
                 cancel = rng.uniform(*cancel_range_s) if cancel_range_s else None
@@ -345,6 +351,7 @@ async def _capacity(
             seed=args.seed,
             cancel_range_s=None,
             progress=progress,
+            stagger_s=args.capacity_stagger_s,
         )
         progress.close()
         measures = [r.measures(args.prebuffer_ms) for r in records]
@@ -379,6 +386,7 @@ async def _capacity(
             "ttfa_target_ms": args.ttfa_target_ms,
             "metric": f"ttfa_first_token_ms p95, {args.capacity_pacing} workload",
             "pacing": args.capacity_pacing,
+            "stagger_s": args.capacity_stagger_s,
             "steps": steps,
         }
     )
@@ -451,6 +459,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("llm", "flush"),
         default="llm",
         help="capacity replies as LLM tokens (default) or each sent whole and flushed",
+    )
+    parser.add_argument(
+        "--capacity-stagger-s",
+        type=float,
+        default=0.0,
+        help="spread the users' first utterances over this many seconds (0: all at once)",
     )
     parser.add_argument("--ttfa-target-ms", type=float, default=1000.0)
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured utterances first")
