@@ -87,7 +87,7 @@ def _fill(held: torch.Tensor, x: torch.Tensor, slope: float | None) -> torch.Ten
     if slope is None:
         buf[n:] = x
     else:
-        torch._C._nn.leaky_relu(x, slope, out=buf[n:])
+        torch.ops.aten.leaky_relu.out(x, slope, out=buf[n:])
     return buf
 
 
@@ -104,7 +104,8 @@ def _prepared(
     into the layer after it: leaky ReLU commutes with a positive scale).  A
     transposed convolution becomes a kernel-2 convolution with ``stride x
     out`` channels, channel ``r * out + o`` being output ``o`` at phase ``r``
-    (time-major, ``[T, stride x out]`` is then ``[T x stride, out]``)."""
+    (time-major, ``[T, stride x out]`` is then ``[T x stride, out]``).
+    Cached by layer: a layer's scale is fixed by the model's structure."""
     cached = _WEIGHTS.get(conv)
     if cached is not None:
         return cached
