@@ -8,8 +8,8 @@ Threads: one acoustic worker (all voices) and one decode worker per torch
 device, each serving the earliest due work first (``job.py`` says when each
 item is due).  The acoustic worker runs the next segment's acoustic
 stage while the decode worker is still decoding the current one, except on the
-first-audio path: the rest of a segment's flow is queued once its first chunk
-is decoded, so that chunk has the cores to itself.  A pool uses every core
+first-audio path: a first segment's second flow window is queued once its
+first chunk is decoded, so that chunk has the cores to itself.  A pool uses every core
 (up to 4) while the other worker is idle and one thread while it works, unless
 ``acoustic_threads``/``vocoder_threads`` fix the count (``threads.py``);
 neither spins while idle (``OMP_WAIT_POLICY=PASSIVE``, onnxruntime

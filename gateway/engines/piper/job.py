@@ -104,7 +104,7 @@ class PiperJob(SynthesisJob):
         #: set once word timings were delivered (or none are due): the first
         #: chunk waits for it so the timings always come first
         self._aligned = threading.Event()
-        #: the rest of the flow, queued once the first chunk is decoded
+        #: the second flow window's item, queued once the first chunk is decoded
         self._flow_rest: _FlowWindowItem | None = None
         #: when the first chunk was decoded (monotonic): later chunks are due
         #: from then on
