@@ -321,3 +321,18 @@ def test_batched_decode_equals_unbatched(joe: LoadedVoice) -> None:
     batched = vocoder.decode_batch(latents)
     for latent, audio in zip(latents, batched, strict=True):
         assert np.abs(audio.reshape(-1) - vocoder.decode(latent).reshape(-1)).max() <= 1e-5
+
+
+def test_first_chunks_merge_when_other_utterances_start(joe: LoadedVoice) -> None:
+    """Under a burst of sessions starting together the first chunks are
+    merged (more runway per listener); the steady chunks stay the same."""
+    sizes = [[w.end - w.start for w in joe.plan(400, merge)] for merge in (0, 1, 2)]
+    assert sizes[0][:4] == [16, 32, 64, 64]
+    assert sizes[1][:3] == [48, 64, 64]
+    assert sizes[2][:3] == [112, 64, 64]
+    assert all(sum(s) == 400 for s in sizes)
+    latent = latent_of(joe, MEDIUM)
+    assert joe.vocoder is not None
+    decoder = joe.vocoder.open(latent.shape[1])
+    merged = np.concatenate([decoder.decode_chunk(latent, w) for w in joe.plan(latent.shape[1], 2)])
+    assert snr_db(joe.vocoder.decode(latent), merged) >= 60

@@ -167,7 +167,7 @@ def test_model_cache_reextracts_on_mismatch(tmp_path: Path) -> None:
 
 def _job(deadline: float, first: bool) -> Any:
     from gateway.engines.base import SynthesisRequest
-    from gateway.engines.piper.job import PiperJob
+    from gateway.engines.piper.job import PiperJob, Workers
     from gateway.engines.piper.threads import ThreadPlan
 
     acoustic, decode = DecodeWorker("a"), DecodeWorker("d")
@@ -177,10 +177,8 @@ def _job(deadline: float, first: bool) -> Any:
     loop.close()
     return PiperJob(
         request,
-        voice,
-        acoustic,
-        decode,
-        ThreadPlan(0, 0, acoustic, decode),  # type: ignore[arg-type]
+        voice,  # type: ignore[arg-type]
+        Workers(acoustic, decode, ThreadPlan(0, 0, acoustic, decode), lambda job: 0),
         loop,
         False,
         lambda job: None,

@@ -37,7 +37,7 @@ from gateway.engines.base import (
 )
 from gateway.engines.decode_worker import DecodeWorker
 from gateway.engines.piper.acoustic import onnx_providers
-from gateway.engines.piper.job import AcousticItem, PiperJob
+from gateway.engines.piper.job import AcousticItem, PiperJob, Workers
 from gateway.engines.piper.threads import ThreadPlan, configure_torch_threads, default_threads
 from gateway.engines.piper.voice import LoadedVoice, VoiceFiles
 from gateway.settings import Settings
@@ -72,7 +72,7 @@ class PiperEngine(Engine):
         self._by_name: dict[str, LoadedVoice] = {}
         self._acoustic_worker: DecodeWorker | None = None
         self._decode_worker: DecodeWorker | None = None
-        self._threads: ThreadPlan | None = None
+        self._workers: Workers | None = None
         self._live: set[PiperJob] = set()
         self._live_lock = threading.Lock()
         self.device = torch_device(settings.device)
@@ -123,11 +123,14 @@ class PiperEngine(Engine):
             )
         self._acoustic_worker = DecodeWorker("piper-acoustic")
         self._decode_worker = DecodeWorker(f"piper-decode-{self.device}")
-        self._threads = ThreadPlan(
+        plan = ThreadPlan(
             settings.acoustic_threads,
             settings.vocoder_threads,
             self._acoustic_worker,
             self._decode_worker,
+        )
+        self._workers = Workers(
+            self._acoustic_worker, self._decode_worker, plan, self._others_starting
         )
         self._acoustic_worker.start()
         self._decode_worker.start()
@@ -151,23 +154,27 @@ class PiperEngine(Engine):
             raise SynthesisError(f"unknown voice {name!r}") from None
 
     def submit(self, request: SynthesisRequest) -> SynthesisJob:
-        if self._acoustic_worker is None or self._decode_worker is None or self._threads is None:
+        if self._workers is None:
             raise SynthesisError("engine not started")
         voice = self.loaded_voice(request.voice)
         job = PiperJob(
             request,
             voice,
-            self._acoustic_worker,
-            self._decode_worker,
-            self._threads,
+            self._workers,
             asyncio.get_running_loop(),
             self.settings.deterministic,
             self._job_finished,
         )
         with self._live_lock:
             self._live.add(job)
-        self._acoustic_worker.put(AcousticItem(job))
+        self._workers.acoustic.put(AcousticItem(job))
         return job
+
+    def _others_starting(self, job: PiperJob) -> int:
+        """Other live jobs that open an utterance: sessions starting at the
+        same time (a session's own prefetched sentences never open one)."""
+        with self._live_lock:
+            return sum(1 for o in self._live if o is not job and o.request.first_in_utterance)
 
     def _job_finished(self, job: PiperJob) -> None:
         with self._live_lock:

@@ -127,11 +127,19 @@ class LoadedVoice:
 
     # --- audio ------------------------------------------------------------------
 
-    def plan(self, frames: int) -> list[ChunkWindow]:
-        """The chunks of a segment of ``frames`` latent frames."""
+    def plan(self, frames: int, merge: int = 0) -> list[ChunkWindow]:
+        """The chunks of a segment of ``frames`` latent frames, the first
+        ``merge + 1`` chunks of the schedule made one (see ``job.py``: when
+        other utterances start at the same time, a larger first chunk comes a
+        little later but gives its listener the runway of several while the
+        next chunks queue behind the other sessions' work)."""
         if self.vocoder is None:
             return [ChunkWindow(0, frames, 0, frames)]
-        return self.vocoder.plan(frames, self.schedule)
+        schedule = self.schedule
+        if merge > 0 and len(schedule) > 1:
+            n = min(len(schedule), merge + 1)
+            schedule = [sum(schedule[:n]), *schedule[n:], schedule[-1]]
+        return self.vocoder.plan(frames, schedule)
 
     def open_decoder(self, frames: int, extras: dict[str, np.ndarray]) -> ChunkSource:
         """One segment's decoder: ``decode_chunk(latent, window)`` returns the
