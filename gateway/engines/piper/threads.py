@@ -6,7 +6,8 @@ every core: on the first-audio path the stages run one after another, and
 2+2 threads took the first chunk from 131 ms to 94 ms (p50) against 1+1 on
 2 cores.  Under load both workers are busy at once, and 2+2 threads on 2
 cores oversubscribe them: with 4 sessions starting together, 1+1 threads
-cut the playback gaps over 100 ms from 6 to 2 (``/tmp`` probe, same run).
+cut the playback gaps over 100 ms from 6 to 2 (one probe run each, 4 clients
+of `gateway.client` sending a flushed paragraph each, against one server).
 So, with the ``auto`` setting (0), a pool uses every core (up to 4) while the
 other worker is idle and one thread while it is working; a thread count set
 in the settings is used as it is.  Two exceptions keep the first-audio path
