@@ -12,7 +12,6 @@ What it must not do: read ONNX files, phonemize, or know about sessions.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -20,8 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

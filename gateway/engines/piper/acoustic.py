@@ -104,17 +104,20 @@ def plan_flow_windows(
 class AcousticModel:
     """Encoder and flow sessions of one voice (shared by all its segments)."""
 
-    def __init__(self, parts: VoiceParts, providers: list[str], threads: int) -> None:
+    def __init__(
+        self, parts: VoiceParts, providers: list[str], threads: int, light_twins: bool = False
+    ) -> None:
         self.parts = parts
         self.points = parts.points
         self._providers = providers
         self._threads = threads
         self.encoder = make_session(parts.encoder, providers, threads)
         self.flow = make_session(parts.flow, providers, threads)
-        # one-thread twins, for when the decoder is working too (threads.py)
+        # one-thread twins, for when the decoder is working too (threads.py);
+        # ``light=True`` uses the ordinary sessions where there are none
         self._light = (
             (make_session(parts.encoder, providers, 1), make_session(parts.flow, providers, 1))
-            if threads > 1
+            if light_twins and threads > 1
             else (self.encoder, self.flow)
         )
         self._decoder: ort.InferenceSession | None = None

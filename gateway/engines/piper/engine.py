@@ -70,8 +70,6 @@ class PiperEngine(Engine):
         super().__init__(settings)
         self._voices: list[LoadedVoice] = []
         self._by_name: dict[str, LoadedVoice] = {}
-        self._acoustic_worker: DecodeWorker | None = None
-        self._decode_worker: DecodeWorker | None = None
         self._workers: Workers | None = None
         self._live: set[PiperJob] = set()
         self._live_lock = threading.Lock()
@@ -96,6 +94,8 @@ class PiperEngine(Engine):
         configure_torch_threads(settings.vocoder_threads or default_threads())
         providers = onnx_providers(settings.onnx_provider)
         threads = settings.acoustic_threads or default_threads()
+        # one-thread twins of the acoustic sessions only where ThreadPlan may use them
+        light_twins = settings.acoustic_threads == 0
         self.cache_root.mkdir(parents=True, exist_ok=True)
         for files in self.voice_files():
             voice = LoadedVoice(
@@ -105,6 +105,7 @@ class PiperEngine(Engine):
                 providers,
                 threads,
                 settings.chunk_schedule,
+                light_twins,
             )
             name = voice.info.name
             if name.casefold() in self._by_name:
@@ -121,27 +122,20 @@ class PiperEngine(Engine):
                 self.device,
                 voice.gain,
             )
-        self._acoustic_worker = DecodeWorker("piper-acoustic")
-        self._decode_worker = DecodeWorker(f"piper-decode-{self.device}")
-        plan = ThreadPlan(
-            settings.acoustic_threads,
-            settings.vocoder_threads,
-            self._acoustic_worker,
-            self._decode_worker,
-        )
-        self._workers = Workers(
-            self._acoustic_worker, self._decode_worker, plan, self._others_starting
-        )
-        self._acoustic_worker.start()
-        self._decode_worker.start()
+        acoustic = DecodeWorker("piper-acoustic")
+        decode = DecodeWorker(f"piper-decode-{self.device}")
+        plan = ThreadPlan(settings.acoustic_threads, settings.vocoder_threads, acoustic, decode)
+        self._workers = Workers(acoustic, decode, plan, self._others_starting)
+        acoustic.start()
+        decode.start()
 
     async def aclose(self) -> None:
         with self._live_lock:
             live = list(self._live)
         for job in live:
             job.cancel()
-        for worker in (self._acoustic_worker, self._decode_worker):
-            if worker is not None:
+        if self._workers is not None:
+            for worker in (self._workers.acoustic, self._workers.decode):
                 await asyncio.to_thread(worker.close)
 
     def voices(self) -> Sequence[VoiceInfo]:
@@ -185,8 +179,6 @@ class PiperEngine(Engine):
             return len(self._live)
 
     def queue_depth(self) -> int:
-        return sum(
-            worker.depth()
-            for worker in (self._acoustic_worker, self._decode_worker)
-            if worker is not None
-        )
+        if self._workers is None:
+            return 0
+        return self._workers.acoustic.depth() + self._workers.decode.depth()

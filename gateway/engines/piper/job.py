@@ -101,9 +101,6 @@ class PiperJob(SynthesisJob):
         self.voice = voice
         self.stats = JobStats()
         self._workers = workers
-        self._acoustic_worker = workers.acoustic
-        self._decode_worker = workers.decode
-        self._threads = workers.threads
         self._loop = loop
         self._deterministic = deterministic
         self._on_finished = on_finished
@@ -242,7 +239,7 @@ class PiperJob(SynthesisJob):
             return
         scales = voice.scales(self.request.speed, self._deterministic)
         t0 = time.perf_counter()
-        light = self._threads.acoustic_light()
+        light = self._workers.threads.acoustic_light()
         encoded = voice.acoustic.encode(ids, scales, run_options=run_options, light=light)
         self.stats.extra["encoder_ms"] = (time.perf_counter() - t0) * 1e3
         if self._cancelled:
@@ -285,7 +282,7 @@ class PiperJob(SynthesisJob):
                 now = not self.request.first_in_utterance or self._next_chunk > 0
                 self._flow_rest = None if now else rest
             if now:
-                self._acoustic_worker.put(rest)
+                self._workers.acoustic.put(rest)
 
     def _flow_window(self, item: _FlowWindowItem) -> None:
         window = item.windows[item.index]
@@ -293,11 +290,11 @@ class PiperJob(SynthesisJob):
             item.encoded,
             window,
             run_options=self._run_options,
-            light=self._threads.acoustic_light(),
+            light=self._workers.threads.acoustic_light(),
         )
         self._publish(window.end, latent, window.start)
         if item.index + 1 < len(item.windows) and not self._cancelled:
-            self._acoustic_worker.put(
+            self._workers.acoustic.put(
                 _FlowWindowItem(self, item.encoded, item.windows, item.index + 1)
             )
 
@@ -351,7 +348,7 @@ class PiperJob(SynthesisJob):
                 return  # the session holds enough unsent audio: decode pauses
             self._scheduled = True
             item = _ChunkItem(self, self._next_chunk, window)
-        self._decode_worker.put(item)
+        self._workers.decode.put(item)
 
     def decode_chunk(self, index: int, window: ChunkWindow) -> None:
         with self._lock:
@@ -362,7 +359,7 @@ class PiperJob(SynthesisJob):
             decoder = self._decoder
             started = time.perf_counter()
         assert latent is not None and decoder is not None
-        self._threads.set_vocoder_threads(index == 0 and self.request.first_in_utterance)
+        self._workers.threads.set_vocoder_threads(index == 0 and self.request.first_in_utterance)
         try:
             raw = decoder.decode_chunk(latent, window)
         except Exception as exc:  # torch/onnxruntime errors: fail this segment only
@@ -392,7 +389,7 @@ class PiperJob(SynthesisJob):
             with self._lock:
                 rest, self._flow_rest = self._flow_rest, None
             if rest is not None:
-                self._acoustic_worker.put(rest)
+                self._workers.acoustic.put(rest)
             self._aligned.wait(ALIGNMENT_WAIT_S)
         self._deliver(AudioChunk(audio))
         if last:
@@ -420,7 +417,7 @@ class PiperJob(SynthesisJob):
 
     def chunk_due(self, index: int, window: ChunkWindow) -> float:
         if index == 0 and self.request.first_in_utterance:
-            return self.request.deadline + FIRST_AUDIO_SLACK_S
+            return self.head_due()  # the new utterance's first audio
         return self.due(window.start)
 
     def flow_window_due(self, window: FlowWindow) -> float:

@@ -58,6 +58,7 @@ class LoadedVoice:
         providers: list[str],
         threads: int,
         schedule: Sequence[int],
+        light_twins: bool = False,
     ) -> None:
         self.files = files
         config_dict: dict[str, Any] = json.loads(files.config.read_text(encoding="utf-8"))
@@ -66,7 +67,7 @@ class LoadedVoice:
         self.phonemizer = PiperVoice(session=None, config=self.config)
         self.sample_rate = int(self.config.sample_rate)
         self.parts = graph.split_voice(files.model, cache_root)
-        self.acoustic = AcousticModel(self.parts, providers, threads)
+        self.acoustic = AcousticModel(self.parts, providers, threads, light_twins)
         self.schedule = list(schedule)
         self.vocoder: StreamingHifiGan | None = None
         self.not_streaming_reason = ""
@@ -138,7 +139,8 @@ class LoadedVoice:
         schedule = self.schedule
         if merge > 0 and len(schedule) > 1:
             n = min(len(schedule), merge + 1)
-            schedule = [sum(schedule[:n]), *schedule[n:], schedule[-1]]
+            # the steady (last) size still repeats after the merged chunk
+            schedule = [sum(schedule[:n]), *(schedule[n:] or schedule[-1:])]
         return self.vocoder.plan(frames, schedule)
 
     def open_decoder(self, frames: int, extras: dict[str, np.ndarray]) -> ChunkSource:
