@@ -67,7 +67,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: onnxruntime providers for acoustic models: ``auto`` adds CUDA when the
     #: ``onnxruntime-gpu`` package is installed
     onnx_provider: Literal["auto", "cpu", "cuda"] = "auto"
-    #: noise scales forced to 0: identical input gives identical audio (tests)
+    #: noise scales forced to 0, thread counts and chunk sizes fixed whatever
+    #: the load: identical input gives identical audio (tests)
     deterministic: bool = False
     #: decoder chunk sizes in latent frames (first, second, ... then the last
     #: value repeats): a small first chunk for latency, larger ones after

@@ -95,7 +95,7 @@ class PiperEngine(Engine):
         providers = onnx_providers(settings.onnx_provider)
         threads = settings.acoustic_threads or default_threads()
         # one-thread twins of the acoustic sessions only where ThreadPlan may use them
-        light_twins = settings.acoustic_threads == 0
+        light_twins = settings.acoustic_threads == 0 and not settings.deterministic
         self.cache_root.mkdir(parents=True, exist_ok=True)
         for files in self.voice_files():
             voice = LoadedVoice(
@@ -124,7 +124,13 @@ class PiperEngine(Engine):
             )
         acoustic = DecodeWorker("piper-acoustic")
         decode = DecodeWorker(f"piper-decode-{self.device}")
-        plan = ThreadPlan(settings.acoustic_threads, settings.vocoder_threads, acoustic, decode)
+        plan = ThreadPlan(
+            settings.acoustic_threads,
+            settings.vocoder_threads,
+            acoustic,
+            decode,
+            adaptive=not settings.deterministic,
+        )
         self._workers = Workers(acoustic, decode, plan, self._others_starting)
         acoustic.start()
         decode.start()

@@ -247,12 +247,13 @@ class PiperJob(SynthesisJob):
         frames = encoded.frames
         self.stats.audio_seconds = frames * voice.hop_length / voice.sample_rate
         merge = 0
-        if self.request.first_in_utterance:
+        if self.request.first_in_utterance and not self._deterministic:
             # one other utterance starting: as usual; two: the first two
             # chunks as one; three or more: the first three.  Measured with
             # the harness, all sessions starting a paragraph at once: 3
             # sessions held with no merging, 4-5 merging two, 6-7 three; a
-            # lone session is never affected
+            # lone session is never affected.  Not in deterministic mode,
+            # where identical text must give identical audio whatever the load
             merge = min(2, max(0, self._workers.others_starting(self) - 1))
         windows = voice.plan(frames, merge)
         with self._lock:

@@ -43,9 +43,13 @@ class ThreadPlan:
         vocoder_threads: int,
         acoustic_worker: DecodeWorker,
         decode_worker: DecodeWorker,
+        adaptive: bool = True,
     ) -> None:
-        self.adaptive_acoustic = acoustic_threads == 0
-        self.adaptive_vocoder = vocoder_threads == 0
+        # counts that follow the load can change the last bit of the audio
+        # (kernels differ with the thread count): ``adaptive=False`` for the
+        # deterministic setting
+        self.adaptive_acoustic = adaptive and acoustic_threads == 0
+        self.adaptive_vocoder = adaptive and vocoder_threads == 0
         self.acoustic_threads = acoustic_threads or default_threads()
         self.vocoder_threads = vocoder_threads or default_threads()
         self._acoustic_worker = acoustic_worker
