@@ -364,8 +364,9 @@ class ChunkedWork(abc.ABC):
 
     @abc.abstractmethod
     def prepare(self) -> tuple[WordTimings | None, Sequence[float]]:
-        """Text analysis / acoustic stage (blocking): the word timings (None
-        if the engine has none) and each chunk's duration in seconds."""
+        """Text analysis / acoustic stage (blocking; counted as the stage
+        ``acoustic_ms``): the word timings (None if the engine has none) and
+        each chunk's duration in seconds."""
 
     @abc.abstractmethod
     def decode(self, index: int) -> np.ndarray:
@@ -411,7 +412,7 @@ async def _pump(job: DeliveredJob, work: ChunkedWork) -> None:
             return
         t0 = time.perf_counter()
         timings, durations = await asyncio.to_thread(work.prepare)
-        job.stats.add_stage("prepare_ms", (time.perf_counter() - t0) * 1e3)
+        job.stats.add_stage("acoustic_ms", (time.perf_counter() - t0) * 1e3)
         job.stats.audio_seconds = float(sum(durations))
         if timings is not None:
             job.timings(timings)
