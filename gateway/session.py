@@ -26,6 +26,7 @@ import msgspec
 from gateway import protocol
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import DecodeBudget, Engine, SynthesisJob
+from gateway.engines.capabilities import capabilities_message
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow import FlowWindow
 from gateway.outbound import ConnectionGone, Outbound
@@ -161,6 +162,7 @@ class Session:
             ],
             defaults=self.config,
             limits=self.limits(),
+            capabilities=capabilities_message(self.engine.capabilities),
         )
 
     def engine_voice_rate(self, voice: str) -> int:
@@ -451,6 +453,7 @@ class Session:
         # with a session.done of 0 sentences
         utt = ctx.utterance or self._start_utterance(ctx)
         utt.done_received = True
+        self._stream_for(ctx).close_if_complete(utt)
         ctx.utterance = None
         ctx.pending.append(utt)
         ctx.segmenter.end_utterance()
@@ -484,12 +487,12 @@ class Session:
 
     def account_job(self, utt: Utterance, job: SynthesisJob) -> None:
         stats = job.stats
-        utt.compute_ms += stats.acoustic_ms + stats.decode_ms
+        utt.compute_ms += stats.compute_ms
         if utt.queue_ms is None:
             utt.queue_ms = stats.queue_ms
         self.metrics.sentences.inc()
-        if stats.acoustic_ms:
-            self.metrics.acoustic_seconds.observe(stats.acoustic_ms / 1000)
+        if stats.extra.get("acoustic_ms"):
+            self.metrics.acoustic_seconds.observe(stats.extra["acoustic_ms"] / 1000)
         if stats.first_chunk_ms:
             self.metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
 
