@@ -30,8 +30,9 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -40,25 +41,74 @@ from gateway.audio.encoding import encode
 from gateway.audio.framing import FrameFlags, Framer, TaggedHeader, pack_header
 from gateway.audio.resample import StreamResampler
 from gateway.audio.wav import wav_bytes, wav_header
+from gateway.contexts import Context
 from gateway.engines.base import (
     AudioChunk,
+    Engine,
     SynthesisError,
     SynthesisJob,
     SynthesisRequest,
     WordTimings,
 )
 from gateway.errors import ErrorCode
+from gateway.flow.budget import DecodeBudget
+from gateway.metrics import Metrics
 from gateway.outbound import ConnectionGone
 from gateway.utterance import Sentence, Utterance
-
-if TYPE_CHECKING:
-    from gateway.session import Context, Session
 
 log = logging.getLogger(__name__)
 
 #: speech length per character of text, to estimate a segment's duration
 #: before the engine knows it (English at speed 1 is about 0.06 s)
 SECONDS_PER_CHAR = 0.06
+
+
+class Sender(Protocol):
+    """The session's one bounded way out (``gateway.outbound.Outbound``)."""
+
+    @property
+    def gone(self) -> bool: ...
+
+    async def event(self, message: protocol.ServerMessage) -> None: ...
+
+    async def audio(self, payload: bytes) -> None: ...
+
+
+class StreamHost(Protocol):
+    """What a stream tells its session.  The session core answers with the
+    messages to send; the stream sends them, in order with its audio."""
+
+    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """A segment of ``ctx`` is done: ``session.done`` of the utterances
+        that are now complete."""
+        ...
+
+    def cancelled_audio_ended(
+        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int, *, delivered: bool
+    ) -> list[protocol.ServerMessage]:
+        """The last frame of cancelled audio of ``ctx`` went out (or, if not
+        ``delivered``, the connection is gone): the cancel reports waiting for it."""
+        ...
+
+    def connection_lost(self) -> None:
+        """A send failed: stop all of the session's work."""
+        ...
+
+
+@dataclass(frozen=True)
+class StreamEnv:
+    """What an ``AudioStream`` needs of its session, and nothing more."""
+
+    engine: Engine
+    #: native rate of each engine voice, by canonical name
+    voice_rates: Mapping[str, int]
+    #: the session buffer (``max_buffered_ms``), shared by its streams
+    budget: DecodeBudget
+    out: Sender
+    metrics: Metrics
+    label: str  #: the session id, for engine logs
+    log: logging.LoggerAdapter[logging.Logger]
+    host: StreamHost
 
 
 @dataclass
@@ -81,8 +131,8 @@ class Segment:
 
 
 class AudioStream:
-    def __init__(self, session: Session, name: str) -> None:
-        self.session = session
+    def __init__(self, env: StreamEnv, name: str) -> None:
+        self.env = env
         self.name = name
         self.queue: deque[Segment] = deque()
         self._wake = asyncio.Event()
@@ -136,14 +186,21 @@ class AudioStream:
             await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
 
+    def discard(self) -> None:
+        """Stop the task of a stream with no work left (its context was forgotten)."""
+        if self.task is not None and self.current is None and not self.queue:
+            self.task.cancel()
+            self.task = None
+
     # -- the task ---------------------------------------------------------
     def _submit(self, segment: Segment, first: bool) -> None:
         utterance = segment.utterance
         config = utterance.config
         start = utterance.first_audio_at
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
-        segment.voice_rate = self.session.engine_voice_rate(config.voice)
-        segment.job = self.session.engine.submit(
+        env = self.env
+        segment.voice_rate = env.voice_rates[config.voice]
+        segment.job = env.engine.submit(
             SynthesisRequest(
                 text=segment.sentence.text,
                 voice=config.voice,
@@ -151,10 +208,10 @@ class AudioStream:
                 alignment=True,
                 deadline=deadline,
                 first_in_utterance=first,
-                label=f"{self.session.id}/{segment.context.id or '-'}",
+                label=f"{env.label}/{segment.context.id or '-'}",
                 # a whole-sentence message needs the whole sentence decoded
                 # before it can be sent, so only streamed audio is budgeted
-                budget=self.session.budget if config.stream_audio else None,
+                budget=env.budget if config.stream_audio else None,
             )
         )
 
@@ -176,7 +233,7 @@ class AudioStream:
     def _prefetch(self) -> None:
         """Submit the next queued segment early, while the session buffer has
         room (its decode would otherwise add to a full buffer)."""
-        if self.queue and self.queue[0].job is None and not self.session.budget.full:
+        if self.queue and self.queue[0].job is None and not self.env.budget.full:
             head = self.queue[0]
             self._submit(head, first=head.sentence.index == 0)
 
@@ -197,21 +254,57 @@ class AudioStream:
                     self.current = None
                     self._prefetch()  # it may have waited for room
                 # a cancel that arrived while audio.done was going out
-                await self.session.send_cancel_reports(segment.context, None, 0)
-                await self.session.after_segment(segment.context)
+                await self._report_cancel(segment.context, None, 0)
+                await self._send(self.env.host.segment_ended(segment.context))
         except ConnectionGone:
-            self.session.connection_lost()
+            self.env.host.connection_lost()
+
+    async def _send(self, messages: list[protocol.ServerMessage]) -> None:
+        for message in messages:
+            await self.env.out.event(message)
+
+    async def _report_cancel(
+        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int
+    ) -> None:
+        out = self.env.out
+        reports = self.env.host.cancelled_audio_ended(
+            ctx, open_sentence, sent_bytes, delivered=not out.gone
+        )
+        await self._send(reports)
+
+    async def _flow_wait(self, ctx: Context, utt: Utterance, frame_ms: float) -> bool:
+        """Hold a frame until the context's listener window admits it;
+        False if the utterance was cancelled meanwhile (drop the frame)."""
+        out = self.env.out
+        return await ctx.flow.admit(frame_ms, lambda: utt.cancelled or out.gone)
+
+    def _first_audio(self, utt: Utterance) -> None:
+        utt.first_audio_at = time.monotonic()
+        if utt.ready_at is not None:
+            self.env.metrics.time_to_first_audio.observe(utt.first_audio_at - utt.ready_at)
+
+    def _account_job(self, utt: Utterance, job: SynthesisJob) -> None:
+        stats = job.stats
+        metrics = self.env.metrics
+        utt.compute_ms += stats.acoustic_ms + stats.decode_ms
+        if utt.queue_ms is None:
+            utt.queue_ms = stats.queue_ms
+        metrics.sentences.inc()
+        if stats.acoustic_ms:
+            metrics.acoustic_seconds.observe(stats.acoustic_ms / 1000)
+        if stats.first_chunk_ms:
+            metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
 
     async def _speak(self, segment: Segment) -> None:
         ctx, utt, sentence = segment.context, segment.utterance, segment.sentence
         config = utt.config
         job = segment.job
         assert job is not None
-        out = self.session.out
+        out = self.env.out
         sentence.started = True
         sentence.start_ms = utt.sent_ms
         rate = config.sample_rate
-        voice_rate = self.session.engine_voice_rate(config.voice)
+        voice_rate = self.env.voice_rates[config.voice]
         if ctx.resampler is None or ctx.resampler_utterance is not utt:
             ctx.resampler = StreamResampler(voice_rate, rate)
             ctx.resampler_utterance = utt
@@ -238,7 +331,7 @@ class AudioStream:
         async def send(payload: bytes, n_samples: int, flags: FrameFlags = FrameFlags.NONE) -> None:
             nonlocal total_bytes, samples_sent, first_frame
             is_audio = not flags & FrameFlags.WAV_HEADER
-            if is_audio and not await self.session.flow_wait(ctx, utt, n_samples * 1000 / rate):
+            if is_audio and not await self._flow_wait(ctx, utt, n_samples * 1000 / rate):
                 return  # cancelled while waiting: the frame is dropped, never sent
             if tagged:
                 if first_frame:
@@ -262,7 +355,7 @@ class AudioStream:
                 utt.sent_ms += n_samples * 1000 / rate
                 segment.sent_ms += n_samples * 1000 / rate
                 if utt.first_audio_at is None and n_samples:
-                    self.session.first_audio(utt)
+                    self._first_audio(utt)
 
         async def emit(samples: np.ndarray, last: bool = False) -> None:
             if not config.stream_audio:
@@ -311,13 +404,13 @@ class AudioStream:
                 elif isinstance(event, AudioChunk):
                     await emit(resampler.process(event.samples))
                     if config.stream_audio:  # written to the socket: budget freed
-                        self.session.budget.release(job, event.samples.size / voice_rate)
+                        self.env.budget.release(job, event.samples.size / voice_rate)
                     self._prefetch()  # sending made room in the session buffer
         except ConnectionGone:
             job.cancel()
             raise
         except (SynthesisError, Exception) as exc:  # the sentence fails, the session goes on
-            self.session.log.warning(
+            self.env.log.warning(
                 "synthesis failed (context=%s sentence=%d): %r", ctx.id, sentence.index, exc
             )
             job.cancel()
@@ -329,8 +422,8 @@ class AudioStream:
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
-            self.session.account_job(utt, job)
-            self.session.budget.release(job)
+            self._account_job(utt, job)
+            self.env.budget.release(job)
 
         if not utt.cancelled:
             carry = self.has_next_for(utt) and failed is None
@@ -344,10 +437,10 @@ class AudioStream:
                 payload = encode(audio, config.encoding)
             await send(payload, audio.size, FrameFlags.LAST)
         if utt.cancelled:
-            # frames after the cancel were dropped by flow_wait: the report
+            # frames after the cancel were dropped by _flow_wait: the report
             # follows the last frame that actually went out
             resampler.flush()
-            await self.session.send_cancel_reports(ctx, sentence, total_bytes)
+            await self._report_cancel(ctx, sentence, total_bytes)
             return
         sentence.audio_ms = samples_sent * 1000 / rate
         sentence.finished = True

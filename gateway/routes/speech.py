@@ -15,8 +15,10 @@ response format.  Three response modes:
 
 Scheduling: an HTTP job's deadline is ``http_deadline_offset_s`` in the
 future, so the engine's workers (which serve the earliest due work first)
-put live WebSocket streams ahead of it.  ``HttpSlots`` caps HTTP synthesis separately from
-the WebSocket's ``max_active_streams``.
+put live WebSocket streams ahead of it.  ``GatewayState.http_admission``
+(``max_http_streams``) caps HTTP synthesis separately from the WebSocket's
+``max_active_streams``; single requests are refused when it is full, batch
+items wait for a slot.
 
 Disconnects: ``SpeechResponse`` listens for ``http.disconnect`` while it
 produces; a disconnect cancels the producer, whose ``finally`` cancels the
@@ -35,7 +37,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -69,7 +71,6 @@ from gateway.http_errors import (
     gateway_state,
     read_body,
 )
-from gateway.metrics import Metrics
 from gateway.routes.voices import resolve_voice
 from gateway.segmenter import Segmenter, is_speakable
 from gateway.server_state import GatewayState
@@ -113,42 +114,6 @@ class SpeechPlan:
     response_format: str
     sample_rate: int
     mode: Mode
-
-
-class HttpSlots:
-    """HTTP synthesis running at once (``max_http_streams``), on the
-    ``gateway_http_streams_active`` gauge.  Single requests are refused when
-    full; batch items wait for a slot."""
-
-    def __init__(self, limit: int, metrics: Metrics) -> None:
-        self.limit = limit
-        self.active = 0
-        self._metrics = metrics
-        self._freed = asyncio.Condition()
-
-    def try_acquire(self) -> bool:
-        if self.active >= self.limit:
-            return False
-        self.active += 1
-        self._metrics.http_streams_active.set(self.active)
-        return True
-
-    async def acquire(self) -> None:
-        async with self._freed:
-            await self._freed.wait_for(lambda: self.active < self.limit)
-            self.active += 1
-            self._metrics.http_streams_active.set(self.active)
-
-    async def release(self) -> None:
-        async with self._freed:
-            self.active = max(0, self.active - 1)
-            self._metrics.http_streams_active.set(self.active)
-            self._freed.notify()
-
-
-def http_slots(request: Request) -> HttpSlots:
-    slots: HttpSlots = request.app.state.http_slots
-    return slots
 
 
 # --- validation --------------------------------------------------------------------
@@ -375,7 +340,7 @@ class SpeechResponse:
         headers: dict[str, str],
         state: GatewayState,
         whole: bool = False,
-        on_close: Any = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self.body = body
         self.media_type = media_type
@@ -449,7 +414,7 @@ class SpeechResponse:
                 producer.cancel()
                 await asyncio.gather(producer, return_exceptions=True)
             if self.on_close is not None:
-                await self.on_close()
+                self.on_close()
 
 
 async def _never_receive() -> Message:
@@ -473,7 +438,7 @@ async def speech(request: Request) -> Response | SpeechResponse:
         plan = await make_plan(request, decode_body(raw))
     except GatewayError as exc:
         return error_response(exc, state)
-    slots = http_slots(request)
+    slots = state.http_admission
     if not slots.try_acquire():
         return error_response(
             GatewayError(
@@ -509,7 +474,7 @@ async def _batch_item(
     limit: asyncio.Semaphore,
 ) -> dict[str, Any]:
     state = gateway_state(request)
-    slots = http_slots(request)
+    slots = state.http_admission
     try:
         plan = await make_plan(request, decode_body(fields), batch=True)
         plan = SpeechPlan(
@@ -526,7 +491,7 @@ async def _batch_item(
                 finally:
                     await audio.aclose()
             finally:
-                await slots.release()
+                slots.release()
     except GatewayError as exc:
         state.metrics.errors.labels(code=str(exc.code)).inc()
         return {"index": index, "status": "error", **error_body(exc)}
