@@ -74,14 +74,18 @@ from gateway.http_errors import (
 from gateway.routes.voices import resolve_voice
 from gateway.segmenter import Segmenter, is_speakable
 from gateway.server_state import GatewayState
-from gateway.session_config import MODEL_ALIASES
+from gateway.validation import (
+    check_instructions,
+    check_language,
+    check_model,
+    check_sample_rate,
+    check_speed,
+)
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["file", "audio", "sse"]
 
-MIN_SPEED = 0.25  #: OpenAI's range
-MAX_SPEED = 4.0
 SAMPLE_RATE_HEADER = "X-Sample-Rate"
 _SSE_MEDIA_TYPE = "text/event-stream"
 _request_ids = itertools.count(1)
@@ -147,14 +151,6 @@ def response_mode(body: SpeechBody) -> Mode:
     return "audio"  # OpenAI streams the body by default; `stream: true` is the same
 
 
-def _language_ok(requested: str, voice: VoiceInfo) -> bool:
-    wanted = requested.strip().casefold().replace("_", "-")
-    if wanted == "auto":
-        return True
-    names = (voice.language, voice.language_name, *voice.language_aliases)
-    return any(wanted == n.casefold().replace("_", "-") for n in names)
-
-
 async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) -> SpeechPlan:
     """Validate a request body into a plan, or raise ``GatewayError``."""
     state = gateway_state(request)
@@ -164,9 +160,8 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
             "batch items are returned whole: leave out stream and stream_format", "stream"
         )
     mode = response_mode(body)
-    if body.model is not None and body.model not in MODEL_ALIASES and body.model != engine.name:
-        known = ", ".join(sorted(MODEL_ALIASES | {engine.name}))
-        raise _invalid(f"unknown model {body.model!r}; use one of {known}", "model")
+    if body.model is not None:
+        check_model(body.model, engine.name)
     text = body.input
     if not text.strip():
         raise _invalid("`input` is empty", "input")
@@ -178,15 +173,8 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         )
     if not is_speakable(text):
         raise _invalid("`input` has nothing speakable (no letters or digits)", "input")
-    if not MIN_SPEED <= body.speed <= MAX_SPEED:
-        raise _invalid(f"speed must be {MIN_SPEED} to {MAX_SPEED}, got {body.speed}", "speed")
-    if body.instructions is not None and body.instructions.strip():
-        raise GatewayError(
-            ErrorCode.UNSUPPORTED_OPTION,
-            f"`instructions` cannot be honoured by the {engine.name!r} engine (it has no"
-            " style prompt); leave it empty",
-            param="instructions",
-        )
+    check_speed(body.speed)
+    check_instructions(body.instructions, engine.name)
     fmt = body.response_format
     if fmt not in RESPONSE_FORMATS:
         raise _invalid(
@@ -200,21 +188,16 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
             f"response_format {fmt!r} is not available: {support.reasons[fmt]}",
             param="response_format",
         )
-    if body.sample_rate is not None and not 8000 <= body.sample_rate <= 48000:
-        raise _invalid("sample_rate must be 8000 to 48000 Hz", "sample_rate")
+    if body.sample_rate is not None:
+        check_sample_rate(body.sample_rate)
     try:
         rate = output_rate(fmt, 0, body.sample_rate)
     except ValueError as exc:
         raise GatewayError(ErrorCode.UNSUPPORTED_OPTION, str(exc), param="sample_rate") from None
     name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     voice = await resolve_voice(request, name)
-    if body.language is not None and not _language_ok(body.language, voice):
-        raise GatewayError(
-            ErrorCode.UNSUPPORTED_OPTION,
-            f"voice {voice.name!r} speaks {voice.language} ({voice.language_name}), not"
-            f' {body.language!r}; use "auto" or another voice',
-            param="language",
-        )
+    if body.language is not None:
+        check_language(body.language, voice)
     return SpeechPlan(text, voice, body.speed, fmt, rate, mode)
 
 
