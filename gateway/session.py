@@ -530,11 +530,7 @@ class Session:
                 utt.cancelled = True
             ctx.flow.interrupt()
         for stream in self.streams():
-            for seg in stream.queue:
-                if seg.job is not None:
-                    seg.job.cancel()
-            if stream.current is not None and stream.current.job is not None:
-                stream.current.job.cancel()
+            stream.cancel_jobs()
 
     async def shutdown(self) -> None:
         """Stop every task and engine job of this session."""

@@ -54,6 +54,7 @@ from gateway.errors import ErrorCode
 from gateway.flow.budget import DecodeBudget
 from gateway.metrics import Metrics
 from gateway.outbound import ConnectionGone
+from gateway.segment_queue import SegmentQueue
 from gateway.utterance import Sentence, Utterance
 
 log = logging.getLogger(__name__)
@@ -134,32 +135,38 @@ class AudioStream:
     def __init__(self, env: StreamEnv, name: str) -> None:
         self.env = env
         self.name = name
-        self.queue: deque[Segment] = deque()
+        # the next segment is prefetched only while the session buffer has
+        # room (its decode would otherwise add to a full buffer)
+        self.segments: SegmentQueue[Segment] = SegmentQueue(
+            self._submit, room=lambda: not env.budget.full
+        )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        self.current: Segment | None = None
+
+    @property
+    def queue(self) -> deque[Segment]:
+        """Segments waiting behind the current one."""
+        return self.segments.waiting
+
+    @property
+    def current(self) -> Segment | None:
+        """The segment being spoken."""
+        return self.segments.current
 
     # -- called by the session (reader side) ------------------------------
     def enqueue(self, segment: Segment) -> None:
-        self.queue.append(segment)
-        self._prefetch()
+        self.segments.append(segment)
         self._wake.set()
         if self.task is None:
             self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
 
     def drop_utterances(self, utterances: list[Utterance]) -> None:
         """Remove these utterances' queued segments and cancel their jobs."""
-        dropped = [s for s in self.queue if s.utterance in utterances]
-        if dropped:
-            self.queue = deque(s for s in self.queue if s.utterance not in utterances)
-            for segment in dropped:
-                if segment.job is not None:
-                    segment.job.cancel()
+        self.segments.drop(lambda s: s.utterance in utterances)
 
     def unsent_ms(self) -> float:
         """Decoded but unsent audio of this stream's segments (debug, bound)."""
-        segments = [*([self.current] if self.current is not None else []), *self.queue]
-        return sum(s.unsent_ms() for s in segments)
+        return sum(s.unsent_ms() for s in self.segments)
 
     def has_work_for(self, context: Context) -> bool:
         return (self.current is not None and self.current.context is context) or any(
@@ -174,13 +181,12 @@ class AudioStream:
             self.current is not None and self.current.utterance is utterance
         ) or self.has_next_for(utterance)
 
+    def cancel_jobs(self) -> None:
+        """Stop the engine work of every segment (the connection is gone)."""
+        self.segments.cancel_jobs()
+
     async def stop(self) -> None:
-        for segment in self.queue:
-            if segment.job is not None:
-                segment.job.cancel()
-        self.queue.clear()
-        if self.current is not None and self.current.job is not None:
-            self.current.job.cancel()
+        self.segments.clear()
         if self.task is not None:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
@@ -188,13 +194,14 @@ class AudioStream:
 
     def discard(self) -> None:
         """Stop the task of a stream with no work left (its context was forgotten)."""
-        if self.task is not None and self.current is None and not self.queue:
+        if self.task is not None and not self.segments:
             self.task.cancel()
             self.task = None
 
     # -- the task ---------------------------------------------------------
-    def _submit(self, segment: Segment, first: bool) -> None:
+    def _submit(self, segment: Segment) -> None:
         utterance = segment.utterance
+        first = segment.sentence.index == 0
         config = utterance.config
         start = utterance.first_audio_at
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
@@ -230,29 +237,17 @@ class AudioStream:
             ahead += max(0.0, total - current.sent_ms / 1000)
         return ahead
 
-    def _prefetch(self) -> None:
-        """Submit the next queued segment early, while the session buffer has
-        room (its decode would otherwise add to a full buffer)."""
-        if self.queue and self.queue[0].job is None and not self.env.budget.full:
-            head = self.queue[0]
-            self._submit(head, first=head.sentence.index == 0)
-
     async def _run(self) -> None:
         try:
             while True:
                 while not self.queue:
                     self._wake.clear()
                     await self._wake.wait()
-                segment = self.queue.popleft()
-                if segment.job is None:
-                    self._submit(segment, first=segment.sentence.index == 0)
-                self.current = segment
-                self._prefetch()
+                segment = self.segments.start_next()
                 try:
                     await self._speak(segment)
                 finally:
-                    self.current = None
-                    self._prefetch()  # it may have waited for room
+                    self.segments.finish()  # the next may have waited for room
                 # a cancel that arrived while audio.done was going out
                 await self._report_cancel(segment.context, None, 0)
                 await self._send(self.env.host.segment_ended(segment.context))
@@ -405,7 +400,7 @@ class AudioStream:
                     await emit(resampler.process(event.samples))
                     if config.stream_audio:  # written to the socket: budget freed
                         self.env.budget.release(job, event.samples.size / voice_rate)
-                    self._prefetch()  # sending made room in the session buffer
+                    self.segments.prefetch()  # sending made room in the session buffer
         except ConnectionGone:
             job.cancel()
             raise

@@ -1,9 +1,11 @@
 """OpenAI-compatible ``POST /v1/audio/speech`` and ``POST /v1/audio/speech/batch``.
 
-A request is validated into a ``SpeechPlan`` (voice resolved, format and rate
-fixed), then ``synthesize`` speaks its text segment by segment on the shared
-engine (the next segment is submitted while the current one decodes, as the
-WebSocket path does), resampling to the response rate with one
+A request is validated into a ``SpeechPlan`` by the shared validator
+(``gateway.validation``; voice resolved, format and rate fixed), then
+``synthesize`` speaks its text segment by segment on the shared engine,
+through the segment pipeline the WebSocket path uses
+(``gateway.segment_queue``: the next segment is submitted while the current
+one decodes), resampling to the response rate with one
 ``StreamResampler``; ``ContainerEncoder`` turns the samples into the
 response format.  Three response modes:
 
@@ -72,7 +74,8 @@ from gateway.http_errors import (
     read_body,
 )
 from gateway.routes.voices import resolve_voice
-from gateway.segmenter import Segmenter, is_speakable
+from gateway.segment_queue import SegmentQueue, speakable_segments
+from gateway.segmenter import is_speakable
 from gateway.server_state import GatewayState
 from gateway.validation import (
     check_instructions,
@@ -204,10 +207,10 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
 # --- synthesis ---------------------------------------------------------------------
 
 
-def segments_of(text: str, state: GatewayState) -> list[str]:
-    segmenter = Segmenter("auto", max_chars=state.settings.max_segment_chars)
-    pieces = segmenter.push(text) + segmenter.flush()
-    return [p.strip() for p in pieces if is_speakable(p)]
+@dataclass(eq=False)
+class _Segment:
+    text: str
+    job: SynthesisJob | None = None
 
 
 async def synthesize(
@@ -218,10 +221,10 @@ async def synthesize(
     engine = state.engine
     offset = state.settings.http_deadline_offset_s
 
-    def submit(text: str) -> SynthesisJob:
-        return engine.submit(
+    def submit(segment: _Segment) -> None:
+        segment.job = engine.submit(
             SynthesisRequest(
-                text=text,
+                text=segment.text,
                 voice=plan.voice.name,
                 speed=plan.speed,
                 alignment=False,
@@ -231,22 +234,22 @@ async def synthesize(
             )
         )
 
-    segments = segments_of(plan.text, state)
+    # the next segment is submitted while the current one decodes: its
+    # acoustic stage overlaps our decode (gateway.segment_queue)
+    segments: SegmentQueue[_Segment] = SegmentQueue(submit)
+    for text in speakable_segments(plan.text, state.settings.max_segment_chars):
+        segments.append(_Segment(text))
     resampler = StreamResampler(plan.voice.sample_rate, plan.sample_rate)
-    #: submitted and not finished: the current segment's job, then the next
-    jobs: list[SynthesisJob] = []
     try:
-        for i, text in enumerate(segments):
-            if not jobs:
-                jobs.append(submit(text))
-            if i + 1 < len(segments):
-                jobs.append(submit(segments[i + 1]))  # its acoustic stage overlaps our decode
-            async for event in jobs[0]:
+        while segments.waiting:
+            job = segments.start_next().job
+            assert job is not None
+            async for event in job:
                 if isinstance(event, AudioChunk):
                     out = resampler.process(event.samples)
                     if out.size:
                         yield out
-            jobs.pop(0)
+            segments.finish()
             state.metrics.sentences.inc()
         tail = resampler.flush()
         if tail.size:
@@ -254,8 +257,7 @@ async def synthesize(
     finally:
         # closed early (a disconnect, a cancelled task): stop every job now,
         # not when the garbage collector finalizes their iterators
-        for job in jobs:
-            job.cancel()
+        segments.clear()
 
 
 async def encoded_audio(
