@@ -356,3 +356,32 @@ def test_every_client_message_is_dispatched() -> None:
     source = inspect.getsource(session.Session._dispatch)
     for cls in protocol.CLIENT_MESSAGES:
         assert f"protocol.{cls.__name__}(" in source, cls
+
+
+@pytest.mark.parametrize(
+    ("text", "words", "position", "spoken", "unspoken"),
+    [
+        # verbatim words: punctuation stays glued to the word
+        ("Hi, you there.", ["Hi", "you", "there"], 150.0, "Hi, you", "there."),
+        # normalised words (not in the text): whitespace tokens, same count
+        (
+            "It costs 42 euros.",
+            ["It", "costs", "forty-two", "euros"],
+            250.0,
+            "It costs 42",
+            "euros.",
+        ),
+        # different counts: proportional
+        ("Pay 42 now.", ["Pay", "forty", "two", "now"], 250.0, "Pay 42", "now."),
+        ("Pay 42 now.", ["Pay", "forty", "two", "now"], 0.0, "", "Pay 42 now."),
+        ("Pay 42 now.", ["Pay", "forty", "two", "now"], 999.0, "Pay 42 now.", ""),
+    ],
+)
+def test_heard_split_falls_back_to_whitespace_tokens(
+    text: str, words: list[str], position: float, spoken: str, unspoken: str
+) -> None:
+    utt = Utterance(index=0, config=protocol.EffectiveConfig(**_DEFAULTS))
+    sentence = utt.add_sentence(text)
+    sentence.started = True
+    sentence.words = tuple(WordTiming(w, i * 100.0, (i + 1) * 100.0) for i, w in enumerate(words))
+    assert utt.heard_split(position, "") == (spoken, unspoken)
