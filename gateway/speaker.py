@@ -12,7 +12,14 @@ audio never interleaves; first-in first-out at sentence granularity).  With
 ``tagged`` framing each context has its own stream and their frames
 interleave, ordered by the engine's earliest-deadline scheduling.
 
-The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``,
+A stream sees its session only through ``StreamEnv`` (what it needs to
+speak) and ``StreamHost`` (what it tells the session core, which answers
+with the messages to send): this module imports nothing of
+``gateway.session``.  The segment bookkeeping (order, one-ahead prefetch) is
+``gateway.segment_queue``, shared with the HTTP API.
+
+The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``
+(``gateway.flow.budget``),
 passed to the engine with each streamed segment: the engine reserves a
 chunk before decoding it and this module releases it once the chunk's
 frames are written, so a session whose sends are held stops decoding.
