@@ -182,14 +182,6 @@ class Segmenter:
         return self._mode
 
     @property
-    def max_chars(self) -> int:
-        return self._max
-
-    @property
-    def eager_min_words(self) -> int:
-        return self._eager_min_words
-
-    @property
     def buffered(self) -> str:
         """Text accepted and not yet emitted (may start with whitespace)."""
         return self._buf
@@ -198,7 +190,7 @@ class Segmenter:
     def awaiting_first_segment(self) -> bool:
         """True while ``eager()`` could still cut (``auto``, nothing emitted yet).
 
-        The session may use it to decide whether to arm its eager timer.
+        The session arms its eager timer only then.
         """
         return self._mode == "auto" and not self._emitted
 

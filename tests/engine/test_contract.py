@@ -21,7 +21,6 @@ import pytest
 from gateway.engines.base import (
     AudioChunk,
     Capabilities,
-    DecodeBudget,
     Engine,
     EngineEvent,
     EngineStream,
@@ -33,6 +32,7 @@ from gateway.engines.base import (
 )
 from gateway.engines.delivery import MAX_UNDELIVERED
 from gateway.engines.registry import registered_engines
+from gateway.flow.budget import DecodeBudget
 from tests import conftest
 
 SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."

@@ -11,7 +11,6 @@ import pytest
 
 from gateway.engines.base import (
     AudioChunk,
-    DecodeBudget,
     SegmentRequest,
     StreamRequest,
     SynthesisError,
@@ -19,6 +18,7 @@ from gateway.engines.base import (
     WordTimings,
 )
 from gateway.engines.delivery import MAX_UNDELIVERED, DeliveredJob, DeliveryStream, LiveJobs
+from gateway.flow.budget import DecodeBudget
 
 TIMINGS = WordTimings((WordTiming("hi", 0.0, 100.0),))
 
