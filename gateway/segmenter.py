@@ -92,18 +92,23 @@ _INITIALISM: Final = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
 # unless the next word starts in lower case.
 _WEAK_DOTTED: Final = frozenset({"a.m", "p.m"})
 
+
 # Words after which a cut below clause level is never made (it would leave an
 # article, preposition or conjunction hanging at the end of a segment), and
 # words a cut may come right before (the start of a phrase).  English only;
 # in other languages every word boundary is a plain ``word`` candidate.
-_NO_CUT_AFTER: Final = frozenset(
+def _word_set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+_NO_CUT_AFTER: Final = _word_set(
     "a an the of to in on at for with by from into onto upon about as and or nor but"
     " so if than that this these those my your his her its our their is are was were"
-    " be been am not no very just more most less such".split()
+    " be been am not no very just more most less such"
 )
-_PHRASE_STARTERS: Final = frozenset(
+_PHRASE_STARTERS: Final = _word_set(
     "and but or so because which who whom whose where when while although though"
-    " since until unless whereas if then that before after".split()
+    " since until unless whereas if then that before after"
 )
 
 _CUT: Final = 0
@@ -256,8 +261,9 @@ class Segmenter:
         without whitespace, never right after an abbreviation, an initial or a
         word that leaves the segment hanging (``the``, ``of``, ``and``), never
         between two numbers.  None at all while the buffer ends in sentence
-        punctuation whose meaning is undecided: the sentence may be complete.  ``phrase`` is a word boundary before a word that
-        starts a phrase; it needs that word complete (followed by whitespace).
+        punctuation whose meaning is undecided: the sentence may be complete.
+        ``phrase`` is a word boundary before a word that starts a phrase; it
+        needs that word complete (followed by whitespace).
         """
         if self._mode != "auto":
             return []

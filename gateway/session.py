@@ -28,10 +28,12 @@ from gateway.audio.resample import StreamResampler
 from gateway.engines.base import DecodeBudget, Engine, SynthesisJob
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow import FlowWindow
+from gateway.listener_buffer import ListenerBuffer
 from gateway.outbound import ConnectionGone, Outbound
+from gateway.segment_policy import DEFAULT_LEAD_S, PolicyConfig, SegmentPolicy
 from gateway.segmenter import Segmenter
 from gateway.session_config import apply_config, default_config
-from gateway.speaker import AudioStream, Segment
+from gateway.speaker import SECONDS_PER_CHAR, AudioStream, Segment
 from gateway.utterance import Sentence, Utterance
 from gateway.voices import (
     add_voice,
@@ -70,7 +72,8 @@ class State(enum.Enum):
 class Context:
     id: str | None
     number: int
-    segmenter: Segmenter
+    #: the segmenter and the listener-driven policy of ``auto``
+    policy: SegmentPolicy
     #: the utterance accepting text (until its ``input.done``)
     utterance: Utterance | None = None
     #: utterances whose ``input.done`` arrived and whose audio is still going out
@@ -79,7 +82,10 @@ class Context:
     awaiting_report: list[Utterance] = field(default_factory=list)
     sequence: int = 0  #: tagged-frame sequence number
     stream: AudioStream | None = None  #: own stream under tagged framing
-    eager_timer: asyncio.TimerHandle | None = None
+    #: the policy's next check while no text arrives (docs/segmentation.md)
+    segment_timer: asyncio.TimerHandle | None = None
+    #: audio ahead of the listener: playback reports, else the send clock
+    listener: ListenerBuffer = field(default_factory=ListenerBuffer)
     resampler: StreamResampler | None = None
     resampler_utterance: Utterance | None = None
     flow: FlowWindow = field(default_factory=FlowWindow)
@@ -188,7 +194,7 @@ class Session:
         return bool(
             ctx.utterance is not None
             or ctx.pending
-            or ctx.segmenter.buffered.strip()
+            or ctx.policy.buffered.strip()
             or self._stream_for(ctx).has_work_for(ctx)
         )
 
@@ -333,17 +339,57 @@ class Session:
         ctx = Context(
             id=cid,
             number=self._context_numbers,
-            segmenter=self._new_segmenter(),
+            policy=self._new_policy(),
         )
         self.contexts[cid] = ctx
         return ctx
 
-    def _new_segmenter(self) -> Segmenter:
-        return Segmenter(
-            self.config.split_granularity,
-            eager_min_words=self.settings.eager_min_words,
-            max_chars=self.settings.max_segment_chars,
+    # --- segmentation policy (issue 12; the lead ports this onto the session core)
+    def _new_policy(self, segmenter: Segmenter | None = None) -> SegmentPolicy:
+        if segmenter is None or segmenter.granularity != self.config.split_granularity:
+            segmenter = Segmenter(
+                self.config.split_granularity, max_chars=self.settings.max_segment_chars
+            )
+        config = PolicyConfig(
+            # TODO(engine capabilities): the engine's declared typical time to
+            # first chunk (``Capabilities``, engine branch) instead of this constant
+            lead_s=DEFAULT_LEAD_S,
+            first_min_words=self.settings.first_segment_min_words,
+            min_words=self.settings.phrase_min_words,
+            seconds_per_char=SECONDS_PER_CHAR / self.config.speed,
         )
+        # one WAV per segment without streamed audio: no early cuts there
+        return SegmentPolicy(segmenter, config, timed=self.config.stream_audio)
+
+    def _ahead_s(self, ctx: Context, now: float) -> float:
+        """Audio ahead of the context's listener: sent and unplayed, plus the
+        estimated rest of every segment committed and not yet fully sent."""
+        ahead = ctx.listener.ahead_s(now)
+        for utt in [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]:
+            for sentence in utt.sentences:
+                if sentence.finished or utt.cancelled:
+                    continue
+                estimate = len(sentence.text) * SECONDS_PER_CHAR / utt.config.speed
+                sent = (utt.sent_ms - sentence.start_ms) / 1000 if sentence.started else 0.0
+                ahead += max(0.0, estimate - sent)
+        return ahead
+
+    def _arm_segment_timer(self, ctx: Context, now: float, ahead: float) -> None:
+        if ctx.segment_timer is not None:
+            ctx.segment_timer.cancel()
+            ctx.segment_timer = None
+        at = ctx.policy.next_check(now, ahead) if ctx.utterance is not None else None
+        if at is not None:
+            loop = asyncio.get_running_loop()
+            ctx.segment_timer = loop.call_later(max(0.0, at - now), self._segment_fire, ctx)
+
+    def _segment_fire(self, ctx: Context) -> None:
+        ctx.segment_timer = None
+        if self.state is State.OPEN and ctx.utterance is not None:
+            now = time.monotonic()
+            ahead = self._ahead_s(ctx, now)
+            self._enqueue(ctx, [c.text for c in ctx.policy.poll(now, ahead)])
+            self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
 
     async def _on_text(self, cid: str | None, text: str) -> None:
         if len(text.encode("utf-8", "surrogatepass")) > self.settings.max_input_text_bytes:
@@ -364,8 +410,10 @@ class Session:
                 " end it with input.done and start another",
             )
         utt.accepted_chars += len(text)
-        self._enqueue(ctx, ctx.segmenter.push(text))
-        self._arm_eager(ctx)
+        now = time.monotonic()
+        cuts = ctx.policy.push(text, now, self._ahead_s(ctx, now))
+        self._enqueue(ctx, [c.text for c in cuts])
+        self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
 
     def _start_utterance(self, ctx: Context) -> Utterance:
         if self.draining:
@@ -380,8 +428,7 @@ class Session:
                 f"the server is streaming its limit of {self.admission.limit} utterances;"
                 " this text was not accepted, retry shortly",
             )
-        if ctx.segmenter.granularity != self.config.split_granularity:
-            ctx.segmenter = self._new_segmenter()
+        ctx.policy = self._new_policy(ctx.policy.segmenter)
         utt = Utterance(
             index=self.utterances_started,
             config=self.config,
@@ -393,26 +440,6 @@ class Session:
         utt.flow_offset_ms = ctx.flow.sent_ms
         self.metrics.utterances.inc()
         return utt
-
-    def _arm_eager(self, ctx: Context) -> None:
-        if ctx.eager_timer is not None:
-            ctx.eager_timer.cancel()
-            ctx.eager_timer = None
-        if (
-            self.config.split_granularity == "auto"
-            and ctx.utterance is not None
-            and not ctx.utterance.sentences
-            and ctx.segmenter.buffered.strip()
-        ):
-            loop = asyncio.get_running_loop()
-            ctx.eager_timer = loop.call_later(
-                self.settings.eager_wait_ms / 1000, self._eager_fire, ctx
-            )
-
-    def _eager_fire(self, ctx: Context) -> None:
-        ctx.eager_timer = None
-        if self.state is State.OPEN and ctx.utterance is not None:
-            self._enqueue(ctx, ctx.segmenter.eager())
 
     def _enqueue(self, ctx: Context, texts: list[str]) -> None:
         utt = ctx.utterance
@@ -438,10 +465,10 @@ class Session:
         ctx = self._context(cid, create=done)
         if ctx is None or ctx.utterance is None:
             return ctx
-        if ctx.eager_timer is not None:
-            ctx.eager_timer.cancel()
-            ctx.eager_timer = None
-        self._enqueue(ctx, ctx.segmenter.flush())
+        if ctx.segment_timer is not None:
+            ctx.segment_timer.cancel()
+            ctx.segment_timer = None
+        self._enqueue(ctx, [c.text for c in ctx.policy.flush()])
         return ctx
 
     async def _on_done(self, cid: str | None) -> None:
@@ -453,14 +480,18 @@ class Session:
         utt.done_received = True
         ctx.utterance = None
         ctx.pending.append(utt)
-        ctx.segmenter.end_utterance()
+        ctx.policy.end_utterance()
         await self.after_segment(ctx)
 
     def _on_playback(self, cid: str | None, played_ms: float) -> None:
         ctx = self.contexts.get(cid)
         if ctx is None:
             return
-        ctx.flow.on_played(played_ms, time.monotonic())
+        now = time.monotonic()
+        ctx.flow.on_played(played_ms, now)
+        # read under every flow-control mode since protocol 1.1: the
+        # segmentation policy plans with the listener's buffer
+        ctx.listener.on_played(played_ms, now)
         # an underrun the server caused: the listener has played everything
         # sent while the server still had text of this context to speak
         # (waiting for more text from the client is starvation, not counted)
@@ -472,7 +503,10 @@ class Session:
     async def flow_wait(self, ctx: Context, utt: Utterance, frame_ms: float) -> bool:
         """Hold a frame until the context's flow-control window admits it;
         False if the utterance was cancelled meanwhile (drop the frame)."""
-        return await ctx.flow.admit(frame_ms, lambda: utt.cancelled or self.out.gone)
+        admitted = await ctx.flow.admit(frame_ms, lambda: utt.cancelled or self.out.gone)
+        if admitted:
+            ctx.listener.on_sent(frame_ms, time.monotonic())
+        return admitted
 
     # ------------------------------------------------------------------
     # utterance completion, cancel, close
@@ -536,13 +570,13 @@ class Session:
         for utt in utterances:
             utt.cancelled = True
         if ctx.utterance is not None and ctx.utterance in utterances:
-            ctx.utterance.unsent_text = ctx.segmenter.discard().strip()
+            ctx.utterance.unsent_text = ctx.policy.discard().strip()
             ctx.utterance = None
         ctx.pending = [u for u in ctx.pending if u not in utterances]
         ctx.flow.interrupt()
-        if ctx.eager_timer is not None:
-            ctx.eager_timer.cancel()
-            ctx.eager_timer = None
+        if ctx.segment_timer is not None:
+            ctx.segment_timer.cancel()
+            ctx.segment_timer = None
         stream = self._stream_for(ctx)
         stream.drop_utterances(utterances)
         current = stream.current
@@ -638,8 +672,8 @@ class Session:
         """Stop every task and engine job of this session."""
         self.connection_lost()
         for ctx in self.contexts.values():
-            if ctx.eager_timer is not None:
-                ctx.eager_timer.cancel()
+            if ctx.segment_timer is not None:
+                ctx.segment_timer.cancel()
             live = len(ctx.pending) + (ctx.utterance is not None) + len(ctx.awaiting_report)
             self.admission.release(live)
             ctx.utterance = None

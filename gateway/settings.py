@@ -11,6 +11,7 @@ This module does no I/O beyond reading the file it is given.
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -20,6 +21,22 @@ from typing import Any, Literal
 import msgspec
 
 ENV_PREFIX = "GATEWAY_"
+
+log = logging.getLogger(__name__)
+
+#: settings that went away: name -> (replacement or None, what to do)
+DEPRECATED: dict[str, tuple[str | None, str]] = {
+    "eager_min_words": (
+        "first_segment_min_words",
+        "it is read as `first_segment_min_words`; rename it",
+    ),
+    "eager_wait_ms": (
+        None,
+        "it has no effect: `auto` segmentation no longer waits for a pause but cuts"
+        " when the listener's buffer needs it (docs/segmentation.md); tune"
+        " `first_segment_min_words` instead, and remove it",
+    ),
+}
 
 #: OpenAI's voice names, aliased by default to the engine's default voice
 OPENAI_VOICES = (
@@ -78,10 +95,12 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     acoustic_threads: int = 0
     vocoder_threads: int = 0
     # --- sessions -----------------------------------------------------------
-    #: ``auto`` segmentation: speak the first segment eagerly once this many
-    #: words are buffered and no text arrived for ``eager_wait_ms``
-    eager_min_words: int = 4
-    eager_wait_ms: int = 150
+    #: ``auto`` segmentation (docs/segmentation.md): words of a steady stream
+    #: before the first segment of an utterance may be cut at a word boundary
+    first_segment_min_words: int = 4
+    #: words a later segment needs when the listener's buffer forces a cut
+    #: below clause level
+    phrase_min_words: int = 4
     #: longest segment in characters; longer text is cut at whitespace
     max_segment_chars: int = 300
     # --- limits -------------------------------------------------------------
@@ -128,8 +147,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (all(c >= 1 for c in self.chunk_schedule), "chunk_schedule values must be >= 1"),
             (self.acoustic_threads >= 0, "acoustic_threads must be >= 0"),
             (self.vocoder_threads >= 0, "vocoder_threads must be >= 0"),
-            (self.eager_min_words >= 1, "eager_min_words must be >= 1"),
-            (self.eager_wait_ms >= 0, "eager_wait_ms must be >= 0"),
+            (self.first_segment_min_words >= 1, "first_segment_min_words must be >= 1"),
+            (self.phrase_min_words >= 1, "phrase_min_words must be >= 1"),
             (self.max_segment_chars >= 20, "max_segment_chars must be >= 20"),
             (self.max_message_bytes >= 1024, "max_message_bytes must be >= 1024"),
             (self.max_input_text_bytes >= 1, "max_input_text_bytes must be >= 1"),
@@ -189,6 +208,27 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
+def _apply_deprecated(merged: dict[str, Any], env: Mapping[str, str]) -> None:
+    """Take the deprecated names out of ``merged`` (file, overrides) and the
+    environment, with a warning each; a value goes to its replacement unless
+    that was set too."""
+    for old, (new, advice) in DEPRECATED.items():
+        sources = []
+        value: Any = None
+        if old in merged:
+            value = merged.pop(old)
+            sources.append(f"`{old}`")
+        env_name = ENV_PREFIX + old.upper()
+        if env_name in env:
+            value = env[env_name]
+            sources.append(env_name)
+        if not sources:
+            continue
+        log.warning("deprecated setting %s: %s", " and ".join(sources), advice)
+        if new is not None and new not in merged:
+            merged[new] = value
+
+
 def load_settings(
     config_file: str | os.PathLike[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
@@ -204,10 +244,12 @@ def load_settings(
             raise SettingsError(f"configuration file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"configuration file {path} is not valid TOML: {exc}") from None
-    env_values = _from_env(os.environ if environ is None else environ)
+    env = os.environ if environ is None else environ
+    env_values = _from_env(env)
     merged.update(env_values)
     if overrides:
         merged.update({k: v for k, v in overrides.items() if v is not None})
+    _apply_deprecated(merged, env)
     try:
         # strict=False lets environment strings become ints, floats and bools
         return msgspec.convert(merged, Settings, strict=False)

@@ -54,3 +54,36 @@ def test_configuration_doc_lists_every_field() -> None:
 def test_default_config_file_loads() -> None:
     settings = load_settings(ROOT / "configs" / "default.toml", environ={})
     assert settings.host == "127.0.0.1" and settings.port == 8000
+
+
+def test_deprecated_eager_min_words_is_read_as_its_replacement(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text("eager_min_words = 6\n")
+    with caplog.at_level("WARNING", logger="gateway.settings"):
+        settings = load_settings(config, environ={})
+    assert settings.first_segment_min_words == 6
+    assert "eager_min_words" in caplog.text and "first_segment_min_words" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="gateway.settings"):
+        settings = load_settings(environ={"GATEWAY_EAGER_MIN_WORDS": "3"})
+    assert settings.first_segment_min_words == 3
+    assert "GATEWAY_EAGER_MIN_WORDS" in caplog.text
+    # the new name wins when both are given
+    settings = load_settings(config, overrides={"first_segment_min_words": 2}, environ={})
+    assert settings.first_segment_min_words == 2
+
+
+def test_deprecated_eager_wait_ms_loads_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text("eager_wait_ms = 150\n")
+    with caplog.at_level("WARNING", logger="gateway.settings"):
+        settings = load_settings(config, environ={"GATEWAY_EAGER_WAIT_MS": "200"})
+    assert "eager_wait_ms" in caplog.text and "GATEWAY_EAGER_WAIT_MS" in caplog.text
+    assert "no effect" in caplog.text and "first_segment_min_words" in caplog.text
+    assert settings == load_settings(environ={})
+    with pytest.raises(SettingsError, match="first_segment_min_words"):
+        load_settings(environ={"GATEWAY_EAGER_MIN_WORDS": "0"})
