@@ -28,7 +28,11 @@ the policy can still wait for better text before the listener hears a gap.
 
 At the start of an utterance ``ahead`` is zero, so the first segment leaves
 at the first clause or after ``first_min_words`` words of a steady stream,
-without waiting for a pause.
+without waiting for a pause.  A word cut of the first segment also waits
+until ``burst_s`` after the utterance's first text: text sent in a burst
+(a whole sentence at once, word by word within a few milliseconds) reaches
+its sentence end first and is not cut, while an LLM at 20 tokens/s needs
+longer than that for four words anyway.
 
 Invariance
 ----------
@@ -85,6 +89,8 @@ class PolicyConfig:
     first_min_words: int = 4
     #: words a later segment needs for a phrase or word cut
     min_words: int = 4
+    #: a word cut of the first segment waits this long after the first text
+    burst_s: float = 0.15
     #: estimated speech per character of text (English at speed 1)
     seconds_per_char: float = 0.06
     #: longest wait between two checks while a candidate is pending
@@ -95,8 +101,10 @@ class PolicyConfig:
             raise ValueError("minimum word counts must be at least 1")
         if not 0 <= self.margin_s <= self.phrase_slack_s <= self.clause_slack_s:
             raise ValueError("tiers must satisfy 0 <= margin <= phrase slack <= clause slack")
-        if self.lead_s < 0 or self.seconds_per_char <= 0 or self.recheck_s <= 0:
-            raise ValueError("lead_s >= 0, seconds_per_char > 0 and recheck_s > 0 required")
+        if self.lead_s < 0 or self.burst_s < 0:
+            raise ValueError("lead_s and burst_s must be >= 0")
+        if self.seconds_per_char <= 0 or self.recheck_s <= 0:
+            raise ValueError("seconds_per_char and recheck_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,8 @@ class SegmentPolicy:
         self.timed = timed and segmenter.granularity == "auto"
         #: segments committed, by kind, since this policy was created
         self.counts: Counter[CutKind] = Counter()
+        #: when the current utterance's first text arrived
+        self._first_text_at: float | None = None
 
     @property
     def buffered(self) -> str:
@@ -135,6 +145,8 @@ class SegmentPolicy:
 
         ``ahead_s``: audio the listener has not heard yet, including the
         estimated audio of segments committed earlier and not yet sent."""
+        if self._first_text_at is None and text and self.segmenter.awaiting_first_segment:
+            self._first_text_at = now
         cuts = [Cut(t, _kind_of(t)) for t in self.segmenter.push(text)]
         return self._decide(cuts, now, ahead_s)
 
@@ -150,8 +162,10 @@ class SegmentPolicy:
 
     def end_utterance(self) -> None:
         self.segmenter.end_utterance()
+        self._first_text_at = None
 
     def discard(self) -> str:
+        self._first_text_at = None
         return self.segmenter.discard()
 
     def next_check(self, now: float, ahead_s: float) -> float | None:
@@ -159,10 +173,15 @@ class SegmentPolicy:
         if not self.timed:
             return None
         slack = ahead_s - self.config.lead_s
-        tiers = [self._tier(c) for c in self._acceptable_candidates()]
-        if not tiers:
+        held = self._held_until(now)
+        candidates = self._acceptable_candidates(None)
+        times = [
+            max(now + slack - self._tier(c), held if c.kind != "clause" else now)
+            for c in candidates
+        ]
+        if not times:
             return None
-        at = now + slack - max(tiers)
+        at = min(times)
         if at <= now:  # reached already, yet nothing was cut: check again soon
             at = now + self.config.recheck_s
         return min(at, now + self.config.recheck_s)
@@ -178,13 +197,22 @@ class SegmentPolicy:
             return c.clause_slack_s
         return c.phrase_slack_s if candidate.kind == "phrase" else c.margin_s
 
-    def _acceptable_candidates(self) -> list[Candidate]:
+    def _held_until(self, now: float) -> float:
+        """Word cuts of the first segment wait ``burst_s`` after its first text."""
+        if self.segmenter.awaiting_first_segment and self._first_text_at is not None:
+            return self._first_text_at + self.config.burst_s
+        return now
+
+    def _acceptable_candidates(self, now: float | None) -> list[Candidate]:
+        """Candidates with enough words; with ``now``, only those not held."""
         c = self.config
-        min_words = c.first_min_words if self.segmenter.awaiting_first_segment else c.min_words
+        first = self.segmenter.awaiting_first_segment
+        min_words = c.first_min_words if first else c.min_words
+        held = now is not None and now + _EPS < self._held_until(now)
         return [
             cand
             for cand in self.segmenter.candidates()
-            if cand.kind == "clause" or cand.words >= min_words
+            if cand.kind == "clause" or (cand.words >= min_words and not held)
         ]
 
     def _decide(self, cuts: list[Cut], now: float, ahead_s: float) -> list[Cut]:
@@ -196,7 +224,7 @@ class SegmentPolicy:
         while self.timed:
             slack = dry - now - lead
             pick = next(
-                (c for c in self._acceptable_candidates() if slack <= self._tier(c) + _EPS),
+                (c for c in self._acceptable_candidates(now) if slack <= self._tier(c) + _EPS),
                 None,
             )
             if pick is None:

@@ -195,6 +195,22 @@ def test_text_sent_whole_then_flushed_is_never_cut_early() -> None:
     ]
 
 
+def test_a_burst_reaches_its_sentence_end_before_a_word_cut() -> None:
+    # word by word within a few milliseconds (a client sending a whole text)
+    text = "The quick brown fox jumped over the lazy dog. It was a sunny day in the park."
+    events = [(i * 0.001, w + " ") for i, w in enumerate(text.split(" "))]
+    cuts, _ = simulate(events, end_at=0.05)
+    assert texts(cuts) == [
+        "The quick brown fox jumped over the lazy dog.",
+        "It was a sunny day in the park.",
+    ]
+    # the same words stalling after the fourth: cut once the burst time is over
+    stalled = [*events[:6], (1.0, "dog. ")]
+    cuts, listener = simulate(stalled, end_at=1.0)
+    assert texts(cuts)[0] == "The quick brown fox"
+    assert listener.commits[0][0] == pytest.approx(CONFIG.burst_s)
+
+
 @pytest.mark.parametrize(
     "text",
     [
