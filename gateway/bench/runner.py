@@ -37,8 +37,6 @@ from gateway.bench.drivers import (
     Record,
     VllmOmniUser,
     WyomingUser,
-    read_wyoming,
-    write_wyoming,
 )
 from gateway.bench.measure import summarize
 from gateway.client import ClientError
@@ -93,24 +91,23 @@ def _proc_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _wyoming_describe(port: int) -> bool:
+    """Whether a Wyoming server answers ``describe`` with ``info`` (blocking,
+    like the rest of the start-up: nothing else runs yet)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(json.dumps({"type": "describe"}).encode() + b"\n")
+        header = sock.makefile("rb").readline()
+    return bool(header) and json.loads(header).get("type") == "info"
+
+
 def _wait_wyoming(port: int, limit_s: float, proc: subprocess.Popen[bytes]) -> None:
-    """Until the server answers a Wyoming ``describe`` with ``info``."""
-
-    async def describe() -> bool:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:
-            await write_wyoming(writer, "describe")
-            event = await asyncio.wait_for(read_wyoming(reader), 5)
-            return event is not None and event[0] == "info"
-        finally:
-            writer.close()
-
+    """Until the server answers a Wyoming ``describe``."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        with contextlib.suppress(OSError, TimeoutError, ValueError):
-            if asyncio.run(describe()):
+        with contextlib.suppress(OSError, ValueError):
+            if _wyoming_describe(port):
                 return
         time.sleep(0.3)
     raise RuntimeError(f"wyoming-piper on port {port} did not answer within {limit_s:.0f} s")
