@@ -2,7 +2,7 @@
 
 A context is an independent stream of utterances inside one session
 (``context_id``; ``null`` is the default context).  Each has its own
-segmenter, its listener window and the positions its tagged frames carry.
+segmentation policy, its listener window and the positions its tagged frames carry.
 ``Contexts`` is the registry: it creates contexts on first use, enforces
 ``max_contexts`` live ones and forgets idle ones when many ids were seen.
 
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from gateway.audio.resample import StreamResampler
 from gateway.errors import ErrorCode, GatewayError
 from gateway.flow.window import ListenerWindow
-from gateway.segmenter import Segmenter
+from gateway.listener_buffer import ListenerBuffer
+from gateway.segment_policy import SegmentPolicy
 from gateway.utterance import Utterance
 
 #: ``cancel.context_id`` that names every context
@@ -31,7 +32,8 @@ ALL_CONTEXTS = "*"
 class Context:
     id: str | None
     number: int  #: the 16-bit number tagged frames carry
-    segmenter: Segmenter
+    #: the segmenter and the listener-driven policy of ``auto``
+    policy: SegmentPolicy
     #: the utterance accepting text (until its ``input.done``)
     utterance: Utterance | None = None
     #: utterances whose ``input.done`` arrived and whose audio is still going out
@@ -39,7 +41,10 @@ class Context:
     #: cancelled utterances whose report waits for the stream's last frame
     awaiting_report: list[Utterance] = field(default_factory=list)
     sequence: int = 0  #: tagged-frame sequence number
-    eager_timer: asyncio.TimerHandle | None = None
+    #: the policy's next check while no text arrives (docs/segmentation.md)
+    segment_timer: asyncio.TimerHandle | None = None
+    #: audio ahead of the listener: playback reports, else the send clock
+    listener: ListenerBuffer = field(default_factory=ListenerBuffer)
     resampler: StreamResampler | None = None
     resampler_utterance: Utterance | None = None
     flow: ListenerWindow = field(default_factory=ListenerWindow)
@@ -49,10 +54,10 @@ class Context:
         """Utterances not yet reported: ended ones still sending, then the open one."""
         return [*self.pending, *([self.utterance] if self.utterance is not None else [])]
 
-    def cancel_eager_timer(self) -> None:
-        if self.eager_timer is not None:
-            self.eager_timer.cancel()
-            self.eager_timer = None
+    def cancel_segment_timer(self) -> None:
+        if self.segment_timer is not None:
+            self.segment_timer.cancel()
+            self.segment_timer = None
 
 
 class Contexts:
@@ -81,7 +86,7 @@ class Contexts:
         return sum(1 for c in self._by_id.values() if self._is_live(c))
 
     def get_or_create(
-        self, cid: str | None, new_segmenter: Callable[[], Segmenter]
+        self, cid: str | None, new_policy: Callable[[], SegmentPolicy]
     ) -> tuple[Context, list[Context]]:
         """The context ``cid``, created if new; also the idle contexts
         forgotten to make room (their resources are the caller's to free).
@@ -102,6 +107,6 @@ class Contexts:
             for old in forgotten:
                 del self._by_id[old.id]
         self._numbers = (self._numbers + 1) % 65536
-        ctx = Context(id=cid, number=self._numbers, segmenter=new_segmenter())
+        ctx = Context(id=cid, number=self._numbers, policy=new_policy())
         self._by_id[cid] = ctx
         return ctx, forgotten

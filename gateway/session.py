@@ -41,9 +41,10 @@ from gateway.engines.capabilities import capabilities_message
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import Admission
 from gateway.flow.budget import DecodeBudget
+from gateway.segment_policy import LOAD_ALLOWANCE_S, PolicyConfig, SegmentPolicy
 from gateway.segmenter import Segmenter
 from gateway.session_config import apply_config, default_config
-from gateway.speaker import AudioStream, Segment, Sender, StreamEnv
+from gateway.speaker import SECONDS_PER_CHAR, AudioStream, Segment, Sender, StreamEnv
 from gateway.utterance import Sentence, Utterance
 from gateway.voice_requests import VoiceRequest
 
@@ -192,7 +193,7 @@ class Session:
         return bool(
             ctx.utterance is not None
             or ctx.pending
-            or ctx.segmenter.buffered.strip()
+            or ctx.policy.buffered.strip()
             or self._stream_for(ctx).has_work_for(ctx)
         )
 
@@ -282,19 +283,56 @@ class Session:
         return [protocol.SessionUpdated(config=new, limits=self.limits())]
 
     def _context(self, cid: str | None) -> Context:
-        ctx, forgotten = self.contexts.get_or_create(cid, self._new_segmenter)
+        ctx, forgotten = self.contexts.get_or_create(cid, self._new_policy)
         for old in forgotten:
             stream = self._context_streams.pop(old, None)
             if stream is not None:
                 stream.discard()
         return ctx
 
-    def _new_segmenter(self) -> Segmenter:
-        return Segmenter(
-            self.config.split_granularity,
-            eager_min_words=self.settings.eager_min_words,
-            max_chars=self.settings.max_segment_chars,
+    # --- segmentation policy (docs/segmentation.md) ---------------------
+    def _new_policy(self, segmenter: Segmenter | None = None) -> SegmentPolicy:
+        if segmenter is None or segmenter.granularity != self.config.split_granularity:
+            segmenter = Segmenter(
+                self.config.split_granularity, max_chars=self.settings.max_segment_chars
+            )
+        config = PolicyConfig(
+            # the engine's own time to first chunk, with room for load
+            lead_s=self.engine.capabilities.typical_first_chunk_s + LOAD_ALLOWANCE_S,
+            first_min_words=self.settings.first_segment_min_words,
+            min_words=self.settings.phrase_min_words,
+            seconds_per_char=SECONDS_PER_CHAR / self.config.speed,
         )
+        # one WAV per segment without streamed audio: no early cuts there
+        return SegmentPolicy(segmenter, config, timed=self.config.stream_audio)
+
+    def _ahead_s(self, ctx: Context, now: float) -> float:
+        """Audio ahead of the context's listener: sent and unplayed, plus the
+        estimated rest of every segment committed and not yet fully sent."""
+        ahead = ctx.listener.ahead_s(now)
+        for utt in [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]:
+            for sentence in utt.sentences:
+                if sentence.finished or utt.cancelled:
+                    continue
+                estimate = len(sentence.text) * SECONDS_PER_CHAR / utt.config.speed
+                sent = (utt.sent_ms - sentence.start_ms) / 1000 if sentence.started else 0.0
+                ahead += max(0.0, estimate - sent)
+        return ahead
+
+    def _arm_segment_timer(self, ctx: Context, now: float, ahead: float) -> None:
+        ctx.cancel_segment_timer()
+        at = ctx.policy.next_check(now, ahead) if ctx.utterance is not None else None
+        if at is not None:
+            loop = asyncio.get_running_loop()
+            ctx.segment_timer = loop.call_later(max(0.0, at - now), self._segment_fire, ctx)
+
+    def _segment_fire(self, ctx: Context) -> None:
+        ctx.segment_timer = None
+        if self.state is State.OPEN and ctx.utterance is not None:
+            now = time.monotonic()
+            ahead = self._ahead_s(ctx, now)
+            self._enqueue(ctx, [c.text for c in ctx.policy.poll(now, ahead)])
+            self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
 
     def _on_text(self, cid: str | None, text: str) -> None:
         if len(text.encode("utf-8", "surrogatepass")) > self.settings.max_input_text_bytes:
@@ -314,8 +352,10 @@ class Session:
                 " end it with input.done and start another",
             )
         utt.accepted_chars += len(text)
-        self._enqueue(ctx, ctx.segmenter.push(text))
-        self._arm_eager(ctx)
+        now = time.monotonic()
+        cuts = ctx.policy.push(text, now, self._ahead_s(ctx, now))
+        self._enqueue(ctx, [c.text for c in cuts])
+        self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
 
     def _start_utterance(self, ctx: Context) -> Utterance:
         if self.draining:
@@ -330,8 +370,7 @@ class Session:
                 f"the server is streaming its limit of {self.admission.limit} utterances;"
                 " this text was not accepted, retry shortly",
             )
-        if ctx.segmenter.granularity != self.config.split_granularity:
-            ctx.segmenter = self._new_segmenter()
+        ctx.policy = self._new_policy(ctx.policy.segmenter)
         utt = Utterance(
             index=self.utterances_started,
             config=self.config,
@@ -343,27 +382,6 @@ class Session:
         utt.flow_offset_ms = ctx.flow.sent_ms
         self.metrics.utterances.inc()
         return utt
-
-    def _arm_eager(self, ctx: Context) -> None:
-        """While the first segment of an utterance is still being typed,
-        cut it early at a word boundary if no more text comes for
-        ``eager_wait_ms``."""
-        ctx.cancel_eager_timer()
-        segmenter = ctx.segmenter
-        if (
-            ctx.utterance is not None
-            and segmenter.awaiting_first_segment
-            and segmenter.buffered.strip()
-        ):
-            loop = asyncio.get_running_loop()
-            ctx.eager_timer = loop.call_later(
-                self.settings.eager_wait_ms / 1000, self._eager_fire, ctx
-            )
-
-    def _eager_fire(self, ctx: Context) -> None:
-        ctx.eager_timer = None
-        if self.state is State.OPEN and ctx.utterance is not None:
-            self._enqueue(ctx, ctx.segmenter.eager())
 
     def _enqueue(self, ctx: Context, texts: list[str]) -> None:
         utt = ctx.utterance
@@ -391,8 +409,8 @@ class Session:
         ctx = self._context(cid) if done else self.contexts.get(cid)
         if ctx is None or ctx.utterance is None:
             return ctx
-        ctx.cancel_eager_timer()
-        self._enqueue(ctx, ctx.segmenter.flush())
+        ctx.cancel_segment_timer()
+        self._enqueue(ctx, [c.text for c in ctx.policy.flush()])
         return ctx
 
     def _on_done(self, cid: str | None) -> list[Action]:
@@ -405,14 +423,18 @@ class Session:
         self._stream_for(ctx).close_if_complete(utt)
         ctx.utterance = None
         ctx.pending.append(utt)
-        ctx.segmenter.end_utterance()
+        ctx.policy.end_utterance()
         return list(self.segment_ended(ctx))
 
     def _on_playback(self, cid: str | None, played_ms: float) -> None:
         ctx = self.contexts.get(cid)
         if ctx is None:
             return
+        now = time.monotonic()
         ctx.flow.on_played(played_ms)
+        # read under every flow-control mode since protocol 1.1: the
+        # segmentation policy plans with the listener's buffer
+        ctx.listener.on_played(played_ms, now)
         # an underrun the server caused: the listener has played everything
         # sent while the server still had text of this context to speak
         # (waiting for more text from the client is starvation, not counted)
@@ -482,11 +504,11 @@ class Session:
         for utt in utterances:
             utt.cancelled = True
         if ctx.utterance is not None and ctx.utterance in utterances:
-            ctx.utterance.unsent_text = ctx.segmenter.discard().strip()
+            ctx.utterance.unsent_text = ctx.policy.discard().strip()
             ctx.utterance = None
         ctx.pending = [u for u in ctx.pending if u not in utterances]
         ctx.flow.interrupt()
-        ctx.cancel_eager_timer()
+        ctx.cancel_segment_timer()
         stream = self._stream_for(ctx)
         stream.drop_utterances(utterances)
         current = stream.current
@@ -539,7 +561,7 @@ class Session:
         """Stop every task and engine job of this session."""
         self.connection_lost()
         for ctx in self.contexts:
-            ctx.cancel_eager_timer()
+            ctx.cancel_segment_timer()
             live = len(ctx.pending) + (ctx.utterance is not None) + len(ctx.awaiting_report)
             self.admission.release(live)
             ctx.utterance = None

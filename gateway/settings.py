@@ -32,6 +32,15 @@ log = logging.getLogger(__name__)
 
 ENV_PREFIX = "GATEWAY_"
 
+#: settings that went away with no replacement: name -> what to do instead
+REMOVED_SETTINGS: dict[str, str] = {
+    "eager_wait_ms": (
+        "it has no effect: `auto` segmentation no longer waits for a pause but cuts"
+        " when the listener's buffer needs it (docs/segmentation.md); tune"
+        " `first_segment_min_words` instead, and remove it"
+    ),
+}
+
 #: OpenAI's voice names, aliased by default to the engine's default voice
 OPENAI_VOICES = (
     "alloy",
@@ -116,10 +125,12 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # --- engine sections: one Struct-typed field each (see ``SECTIONS``) -----
     piper: PiperSettings = msgspec.field(default_factory=PiperSettings)
     # --- sessions -----------------------------------------------------------
-    #: ``auto`` segmentation: speak the first segment eagerly once this many
-    #: words are buffered and no text arrived for ``eager_wait_ms``
-    eager_min_words: int = 4
-    eager_wait_ms: int = 150
+    #: ``auto`` segmentation (docs/segmentation.md): words of a steady stream
+    #: before the first segment of an utterance may be cut at a word boundary
+    first_segment_min_words: int = 4
+    #: words a later segment needs when the listener's buffer forces a cut
+    #: below clause level
+    phrase_min_words: int = 4
     #: longest segment in characters; longer text is cut at whitespace
     max_segment_chars: int = 300
     # --- limits -------------------------------------------------------------
@@ -162,8 +173,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [
             (1 <= self.port <= 65535, "port must be 1 to 65535"),
-            (self.eager_min_words >= 1, "eager_min_words must be >= 1"),
-            (self.eager_wait_ms >= 0, "eager_wait_ms must be >= 0"),
+            (self.first_segment_min_words >= 1, "first_segment_min_words must be >= 1"),
+            (self.phrase_min_words >= 1, "phrase_min_words must be >= 1"),
             (self.max_segment_chars >= 20, "max_segment_chars must be >= 20"),
             (self.max_message_bytes >= 1024, "max_message_bytes must be >= 1024"),
             (self.max_input_text_bytes >= 1, "max_input_text_bytes must be >= 1"),
@@ -211,7 +222,10 @@ SECTIONS: dict[str, type[msgspec.Struct]] = {
 }
 
 #: deprecated flat names -> (section, field); they still work, with a warning
-DEPRECATED_ALIASES: dict[str, tuple[str, str]] = {
+#: deprecated name -> (section or None for a top-level field, new name)
+DEPRECATED_ALIASES: dict[str, tuple[str | None, str]] = {
+    "eager_min_words": (None, "first_segment_min_words"),
+} | {
     name: ("piper", name)
     for name in (
         "voices",
@@ -286,14 +300,17 @@ def _merge(into: dict[str, Any], values: Mapping[str, Any]) -> None:
 
 
 def _resolve_aliases(merged: dict[str, Any], origin: dict[str, str]) -> None:
-    """Move deprecated flat names into their section, with a warning; fail
-    when the section sets the same field too (which one was meant?)."""
+    """Move deprecated names to their replacement (in a section, or a
+    top-level field) with a warning, and drop removed ones with a warning;
+    fail when the replacement is set in the same source too (which one was
+    meant?)."""
     for old, (section, name) in DEPRECATED_ALIASES.items():
         if old not in merged:
             continue
         value = merged.pop(old)
-        new = f"[{section}] {name} ({env_name(f'{section}.{name}')})"
-        target = merged.setdefault(section, {})
+        dotted = name if section is None else f"{section}.{name}"
+        new = f"{name if section is None else f'[{section}] {name}'} ({env_name(dotted)})"
+        target = merged if section is None else merged.setdefault(section, {})
         if not isinstance(target, dict):
             continue  # a malformed section: msgspec names it below
         if name in target:
@@ -303,6 +320,10 @@ def _resolve_aliases(merged: dict[str, Any], origin: dict[str, str]) -> None:
             )
         log.warning("setting %s is deprecated; use %s", origin.get(old, old), new)
         target[name] = value
+    for old, advice in REMOVED_SETTINGS.items():
+        if old in merged:
+            merged.pop(old)
+            log.warning("setting %s is deprecated: %s", origin.get(old, old), advice)
 
 
 def load_settings(
@@ -322,20 +343,22 @@ def load_settings(
             raise SettingsError(f"configuration file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"configuration file {path} is not valid TOML: {exc}") from None
-        origin.update({k: f"{k!r} in {path.name}" for k in from_file if k in DEPRECATED_ALIASES})
+        origin.update({k: f"{k!r} in {path.name}" for k in from_file if k in _OLD_NAMES})
         _merge_layer(merged, from_file, origin)
     env = os.environ if environ is None else environ
     flat_env = {
-        old: env[ENV_PREFIX + old.upper()]
-        for old in DEPRECATED_ALIASES
-        if ENV_PREFIX + old.upper() in env
+        old: env[ENV_PREFIX + old.upper()] for old in _OLD_NAMES if ENV_PREFIX + old.upper() in env
     }
     env_values = _from_env(env)
     for old, raw in flat_env.items():
-        section, name = DEPRECATED_ALIASES[old]
-        fld = next(f for f in msgspec.structs.fields(SECTIONS[section]) if f.name == name)
-        env_values[old] = _env_value(fld, raw)
         origin[old] = ENV_PREFIX + old.upper()
+        if old in REMOVED_SETTINGS:
+            env_values[old] = raw
+            continue
+        section, name = DEPRECATED_ALIASES[old]
+        owner = Settings if section is None else SECTIONS[section]
+        fld = next(f for f in msgspec.structs.fields(owner) if f.name == name)
+        env_values[old] = _env_value(fld, raw)
     _merge_layer(merged, env_values, origin)
     if overrides:
         _merge_layer(merged, {k: v for k, v in overrides.items() if v is not None}, origin)
@@ -346,6 +369,9 @@ def load_settings(
         raise SettingsError(f"invalid setting: {exc}") from None
     except SettingsError:
         raise
+
+
+_OLD_NAMES = (*DEPRECATED_ALIASES, *REMOVED_SETTINGS)
 
 
 def _merge_layer(merged: dict[str, Any], layer: dict[str, Any], origin: dict[str, str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.engines.base import SynthesisJob, SynthesisRequest
+from gateway.engines.base import SegmentRequest, StreamRequest, SynthesisJob
 from gateway.engines.synthetic import SyntheticEngine
 from gateway.segment_queue import SegmentQueue, speakable_segments
 from tests.conftest import test_settings as make_settings
@@ -19,16 +19,17 @@ class Seg:
 
 def _queue(room: list[bool]) -> tuple[SegmentQueue[Seg], list[str]]:
     engine = SyntheticEngine(make_settings(engine="synthetic"))
+    stream = engine.open_stream(StreamRequest(voice="tone"))
     submitted: list[str] = []
 
     def submit(seg: Seg) -> None:
         submitted.append(seg.text)
-        seg.job = engine.submit(SynthesisRequest(text=seg.text, voice="tone"))
+        seg.job = stream.submit(SegmentRequest(text=seg.text))
 
     return SegmentQueue(submit, room=lambda: room[0]), submitted
 
 
-def test_the_head_is_prefetched_one_ahead() -> None:
+async def test_the_head_is_prefetched_one_ahead() -> None:
     queue, submitted = _queue([True])
     for text in ("a", "b", "c"):
         queue.append(Seg(text))
@@ -39,7 +40,7 @@ def test_the_head_is_prefetched_one_ahead() -> None:
     assert [s.text for s in queue] == ["b", "c"]
 
 
-def test_no_prefetch_without_room_but_the_current_always_goes() -> None:
+async def test_no_prefetch_without_room_but_the_current_always_goes() -> None:
     room = [False]
     queue, submitted = _queue(room)
     queue.append(Seg("a"))
@@ -52,7 +53,7 @@ def test_no_prefetch_without_room_but_the_current_always_goes() -> None:
     assert submitted == ["a", "b"]  # room came back: prefetched
 
 
-def test_drop_and_clear_cancel_jobs() -> None:
+async def test_drop_and_clear_cancel_jobs() -> None:
     queue, _ = _queue([True])
     segs = [Seg(t) for t in ("a", "b", "c")]
     for seg in segs:
@@ -66,7 +67,7 @@ def test_drop_and_clear_cancel_jobs() -> None:
     assert not queue.waiting and queue.current is current
 
 
-def test_speakable_segments() -> None:
+async def test_speakable_segments() -> None:
     assert speakable_segments("Hello there. General Kenobi!", 300) == [
         "Hello there.",
         "General Kenobi!",

@@ -163,15 +163,17 @@ async def test_text_limits(h: Harness) -> None:
     assert error.code == ErrorCode.TEXT_TOO_LONG and error.context_id == "c"
 
 
-async def test_eager_timer_cuts_the_first_segment() -> None:
-    h = Harness(eager_wait_ms=20)
+async def test_policy_timer_cuts_the_first_segment() -> None:
+    """No more text arrives: the policy's timer still cuts the first segment
+    at the earliest word boundary with ``first_segment_min_words`` words."""
+    h = Harness()
     try:
         h.handle(CONFIG)
         h.handle(protocol.InputText(text="one two three four five six seven"))
         await h.out.wait_for(protocol.AudioStart)
         start = h.out.events[0]
         assert isinstance(start, protocol.AudioStart)
-        assert start.sentence_text == "one two three four five six"  # the last word waits
+        assert start.sentence_text == "one two three four"
     finally:
         await h.session.shutdown()
 
@@ -193,6 +195,7 @@ async def test_cancel_of_buffered_text_reports_at_once(h: Harness) -> None:
 async def test_cancel_of_audio_in_flight_is_reported_by_the_stream(h: Harness) -> None:
     h.handle(CONFIG)
     h.handle(protocol.InputText(text="A long sentence that takes a while to speak out loud."))
+    h.handle(protocol.InputFlush())  # its end is decided: speak it now
     await h.out.wait_for(protocol.AudioStart)
     assert h.handle(protocol.Cancel()) == []  # the report follows the last frame
     await h.out.wait_for(protocol.SessionDone)

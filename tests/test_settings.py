@@ -94,11 +94,14 @@ def test_no_top_level_field_looks_like_a_section_variable() -> None:
     assert not [n for n in top if any(n.startswith(f"{s}_") for s in SECTIONS)]
 
 
-@pytest.mark.parametrize("old", sorted(DEPRECATED_ALIASES))
+@pytest.mark.parametrize(
+    "old", sorted(old for old, (section, _) in DEPRECATED_ALIASES.items() if section)
+)
 def test_deprecated_flat_names_still_work_with_a_warning(
     old: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     section, name = DEPRECATED_ALIASES[old]
+    assert section is not None
     value = {
         "voices": ["/x.onnx"],
         "device": "cpu",
@@ -131,3 +134,36 @@ def test_deprecated_name_and_new_name_together_fail_naming_both(tmp_path: Path) 
     config.write_text('device = "cpu"\n[piper]\ndevice = "cuda"\n')
     with pytest.raises(SettingsError, match=r"device.*piper"):
         load_settings(config, environ={})
+
+
+def test_deprecated_eager_min_words_is_read_as_its_replacement(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text("eager_min_words = 6\n")
+    with caplog.at_level("WARNING", logger="gateway.settings"):
+        settings = load_settings(config, environ={})
+    assert settings.first_segment_min_words == 6
+    assert "eager_min_words" in caplog.text and "first_segment_min_words" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="gateway.settings"):
+        settings = load_settings(environ={"GATEWAY_EAGER_MIN_WORDS": "3"})
+    assert settings.first_segment_min_words == 3
+    assert "GATEWAY_EAGER_MIN_WORDS" in caplog.text
+    # the new name wins when both are given
+    settings = load_settings(config, overrides={"first_segment_min_words": 2}, environ={})
+    assert settings.first_segment_min_words == 2
+
+
+def test_deprecated_eager_wait_ms_loads_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text("eager_wait_ms = 150\n")
+    with caplog.at_level("WARNING", logger="gateway.settings"):
+        settings = load_settings(config, environ={"GATEWAY_EAGER_WAIT_MS": "200"})
+    assert "eager_wait_ms" in caplog.text and "GATEWAY_EAGER_WAIT_MS" in caplog.text
+    assert "no effect" in caplog.text and "first_segment_min_words" in caplog.text
+    assert settings == load_settings(environ={})
+    with pytest.raises(SettingsError, match="first_segment_min_words"):
+        load_settings(environ={"GATEWAY_EAGER_MIN_WORDS": "0"})
