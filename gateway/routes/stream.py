@@ -88,6 +88,9 @@ async def stream_endpoint(websocket: WebSocket) -> None:
         await _read_loop(websocket, session)
     except ConnectionGone:
         pass
+    except Exception:  # a server bug: say so (1011) rather than drop the connection
+        session.log.exception("session failed unexpectedly")
+        await _fail(session)
     finally:
         await session.shutdown()
         state.sessions -= 1
@@ -157,6 +160,26 @@ async def _read_loop(websocket: WebSocket, session: Session) -> None:
             context_id = getattr(message, "context_id", None)
             if await session.report_error(error, context_id):
                 return
+
+
+async def _fail(session: Session) -> None:
+    """An unexpected exception ended the session: ``internal`` (fatal), 1011."""
+    try:
+        await session.out.event(
+            protocol.Error(
+                code=ErrorCode.INTERNAL,
+                message="the server failed unexpectedly and closed this session; the details"
+                " are in the server log. Reconnect to continue",
+                fatal=True,
+            )
+        )
+    except ConnectionGone:
+        return
+    try:
+        await session.close(CloseCode.INTERNAL, "internal error")
+    except Exception as exc:  # the session's own close failed: close the socket
+        session.log.debug("close after failure failed: %r", exc)
+        await session.out.close(CloseCode.INTERNAL, "internal error")
 
 
 def _echo_subprotocol(websocket: WebSocket) -> str | None:
