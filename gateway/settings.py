@@ -127,9 +127,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: items of one batch synthesizing at once
     batch_concurrency: int = 4
     #: HTTP API requests per minute per client address; beyond it ``rate_limited``
-    max_http_requests_per_minute: int = 600
+    max_http_requests_per_minute: int = 1200
     #: HTTP API requests in progress at once per client address
-    max_http_requests_per_client: int = 4
+    max_http_requests_per_client: int = 16
     #: parts of a ``multipart/form-data`` voice upload
     max_form_parts: int = 16
 
