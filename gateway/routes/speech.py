@@ -35,7 +35,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -316,6 +316,22 @@ async def synthesize(
             job.cancel()
 
 
+async def _in_thread(fn: Callable[..., bytes], *args: Any) -> bytes:
+    """``fn(*args)`` in a worker thread.  Cancelled meanwhile, it still waits
+    for the call to return (the caller closes the encoder next, which must
+    not happen under a running ``push``), then re-raises the cancel."""
+    call = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        while not call.done():  # an encoder call takes milliseconds
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({call})
+        if not call.cancelled():
+            call.exception()  # retrieved: the cancel is what the caller hears
+        raise
+
+
 async def encoded_audio(
     state: GatewayState, plan: SpeechPlan, label: str, encoder: ContainerEncoder
 ) -> AsyncGenerator[bytes, None]:
@@ -323,10 +339,10 @@ async def encoded_audio(
     try:
         async for samples in audio:
             # MP3 and Opus encoding is real work: never on the event loop
-            data = await asyncio.to_thread(encoder.push, samples)
+            data = await _in_thread(encoder.push, samples)
             if data:
                 yield data
-        tail = await asyncio.to_thread(encoder.finish)
+        tail = await _in_thread(encoder.finish)
         if tail:
             yield tail
     finally:
