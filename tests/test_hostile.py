@@ -9,6 +9,7 @@ a client's mistake must never leave a traceback there.
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import logging
@@ -423,17 +424,35 @@ def test_undecodable_upload_error_has_no_internals(server: RunningServer) -> Non
 # --- 11: confusable voice names ------------------------------------------------------
 
 
-def test_confusable_voice_names_are_refused(server: RunningServer) -> None:
+async def test_confusable_voice_names_are_refused(server: RunningServer) -> None:
     """#11: TR39 skeletons: Cyrillic `јое` beside the built-in `joe`, a mixed
-    `Аnna` beside an uploaded `Anna`; a different name is fine."""
-    lookalike = _upload(server, "јое", tone())  # Cyrillic je, o, ie
-    assert lookalike.status_code == 409, lookalike.text
-    assert lookalike.json()["error"]["code"] == "invalid_state"
-    assert "looks like" in lookalike.json()["error"]["message"]
-    assert _upload(server, "Anna", tone()).status_code == 201
-    cyrillic_a = _upload(server, "\u0410nna", tone())
-    assert cyrillic_a.status_code == 409
-    assert _upload(server, "Anne", tone()).status_code == 201
+    `Аnna` beside an uploaded `Anna` (HTTP and WebSocket); a different name
+    is fine."""
+    async with httpx.AsyncClient(base_url=server.http, timeout=60) as http:
+
+        async def upload(name: str) -> httpx.Response:
+            return await http.post(
+                "/v1/audio/voices",
+                data={"name": name, "consent": "true"},
+                files={"audio": ("ref.wav", tone(), "audio/wav")},
+            )
+
+        lookalike = await upload("јое")  # Cyrillic je, o, ie
+        assert lookalike.status_code == 409, lookalike.text
+        assert lookalike.json()["error"]["code"] == "invalid_state"
+        assert "looks like" in lookalike.json()["error"]["message"]
+        assert (await upload("Anna")).status_code == 201
+        assert (await upload("\u0410nna")).status_code == 409
+        assert (await upload("Anne")).status_code == 201
+    ws = await _session(server.ws_url)
+    try:
+        audio = base64.b64encode(tone()).decode()
+        await send(ws, type="voice.add", name="\u0410nne", audio=audio, consent=True, request_id=1)
+        error = json.loads(await ws.recv())
+        assert error["code"] == "invalid_state" and error["request_id"] == 1
+        assert error["fatal"] is False
+    finally:
+        await ws.close()
 
 
 # --- 13: per-client limits on HTTP ---------------------------------------------------
