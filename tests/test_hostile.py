@@ -601,3 +601,69 @@ def test_container_encoding_runs_off_the_event_loop(
     assert response.status_code == 200 and response.content
     assert threads
     assert all(t is not server.thread for t in threads)
+
+
+# --- pure cores ----------------------------------------------------------------------
+
+
+def _form(*parts: bytes) -> bytes:
+    return b"".join(b"--XyZ\r\n" + p + b"\r\n" for p in parts) + b"--XyZ--\r\n"
+
+
+def test_parse_form_limits() -> None:
+    """#1: the limits hold inside the parser, whatever the body."""
+    from gateway.errors import GatewayError
+    from gateway.forms import parse_form
+
+    ct = "multipart/form-data; boundary=XyZ"
+    limits = {"max_parts": 4, "max_field_bytes": 10, "max_file_bytes": 100}
+    fields = parse_form(
+        ct,
+        _form(
+            b'Content-Disposition: form-data; name="name"\r\n\r\nAnna',
+            b'Content-Disposition: form-data; name="audio"; filename="a.wav"\r\n'
+            b"Content-Type: audio/wav\r\n\r\n" + b"\n" * 50,
+        ),
+        **limits,
+    )
+    assert bytes(fields["name"].data) == b"Anna" and fields["name"].filename is None
+    assert fields["audio"].filename == "a.wav" and fields["audio"].content_type == "audio/wav"
+    assert len(fields["audio"].data) == 50
+    many_headers = b"".join(b"X-H%d: v\r\n" % i for i in range(9))
+    cases = [
+        (_form(*[b'Content-Disposition: form-data; name="a"\r\n\r\nx'] * 5), "message_too_large"),
+        (
+            _form(b'Content-Disposition: form-data; name="a"\r\n\r\n' + b"x" * 11),
+            "message_too_large",
+        ),
+        (
+            _form(b'Content-Disposition: form-data; name="a"\r\n' + many_headers + b"\r\nx"),
+            "invalid_message",
+        ),
+        (b"--XyZ\r\nno headers end" + b"\x00" * 10, "invalid_message"),
+    ]
+    for body, code in cases:
+        with pytest.raises(GatewayError) as raised:
+            parse_form(ct, body, **limits)
+        assert str(raised.value.code) == code, body[:60]
+    with pytest.raises(GatewayError) as raised:
+        parse_form("application/json", b"{}", **limits)
+    assert str(raised.value.code) == "invalid_message"
+
+
+@pytest.mark.parametrize(
+    ("header", "name"),
+    [
+        ("localhost:8000", "localhost"),
+        ("LOCALHOST.", "localhost"),
+        ("[::1]:8000", "::1"),
+        ("[::1]", "::1"),
+        ("::1", "::1"),
+        ("127.0.0.1:80", "127.0.0.1"),
+        ("tts.example", "tts.example"),
+    ],
+)
+def test_host_name(header: str, name: str) -> None:
+    from gateway.routes.security import host_name
+
+    assert host_name(header) == name
