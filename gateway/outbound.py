@@ -99,6 +99,14 @@ def _cap_send_buffer(transport: Any) -> None:
         log.debug("SO_SNDBUF not set: %r", exc)
 
 
+def _abort_if_unsent(transport: Any) -> None:
+    """Abort the transport unless it is closing with nothing left to send:
+    then it is closed already (the client read the close frame), and
+    asyncio's ``abort`` on it raises ``AttributeError`` (its loop is gone)."""
+    if not transport.is_closing() or transport.get_write_buffer_size() > 0:
+        transport.abort()
+
+
 class Outbound:
     def __init__(
         self, websocket: WebSocket, metrics: Metrics, stall_timeout_s: float | None = None
@@ -164,7 +172,7 @@ class Outbound:
                 transport.close()  # flushes what it can, then closes
         except Exception as exc:  # the transport is already half gone: abort below
             log.debug("stall close failed: %r", exc)
-        asyncio.get_running_loop().call_later(STALL_CLOSE_TIMEOUT_S, transport.abort)
+        asyncio.get_running_loop().call_later(STALL_CLOSE_TIMEOUT_S, _abort_if_unsent, transport)
 
     async def close(self, code: int, reason: str = "") -> None:
         if self.gone:

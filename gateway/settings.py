@@ -116,8 +116,14 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     api_keys: list[str] = []
     #: extra Origins allowed to open the WebSocket (same-origin is always allowed)
     allowed_origins: list[str] = []
-    #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting)
-    forwarded_allow_ips: str = "127.0.0.1"
+    #: Host names the API answers to, besides the loopback names (``localhost``,
+    #: ``127.0.0.1``, ``[::1]``) and the ``host`` address itself; any port.  A
+    #: leading dot matches subdomains; ``*`` turns the check off.  Bound to all
+    #: interfaces with none listed, any Host is accepted (with a warning).
+    allowed_hosts: list[str] = []
+    #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting, comma
+    #: separated); empty: trust no proxy, every limit counts the peer address
+    forwarded_allow_ips: str = ""
     # --- engine -------------------------------------------------------------
     #: registry name of the engine (``piper``, ``synthetic`` or one registered
     #: through the ``voice_gateway.engines`` entry-point group)
@@ -169,6 +175,12 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_batch_chars: int = 50_000
     #: items of one batch synthesizing at once
     batch_concurrency: int = 4
+    #: HTTP API requests per minute per client address; beyond it ``rate_limited``
+    max_http_requests_per_minute: int = 1200
+    #: HTTP API requests in progress at once per client address
+    max_http_requests_per_client: int = 16
+    #: parts of a ``multipart/form-data`` voice upload
+    max_form_parts: int = 16
 
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [
@@ -196,6 +208,15 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.max_batch_items >= 1, "max_batch_items must be >= 1"),
             (self.max_batch_chars >= 1, "max_batch_chars must be >= 1"),
             (self.batch_concurrency >= 1, "batch_concurrency must be >= 1"),
+            (
+                self.max_http_requests_per_minute >= 1,
+                "max_http_requests_per_minute must be >= 1",
+            ),
+            (
+                self.max_http_requests_per_client >= 1,
+                "max_http_requests_per_client must be >= 1",
+            ),
+            (self.max_form_parts >= 2, "max_form_parts must be >= 2"),
         ]
         _check(checks)
 

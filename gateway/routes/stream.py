@@ -88,6 +88,9 @@ async def stream_endpoint(websocket: WebSocket) -> None:
         await _read_loop(websocket, conn)
     except ConnectionGone:
         pass
+    except Exception:  # a server bug: say so (1011) rather than drop the connection
+        session.log.exception("session failed unexpectedly")
+        await _fail(conn)
     finally:
         await session.shutdown()
         state.sessions -= 1
@@ -223,6 +226,26 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
             continue
         if not await conn.receive(message):
             return
+
+
+async def _fail(conn: Connection) -> None:
+    """An unexpected exception ended the session: ``internal`` (fatal), 1011."""
+    try:
+        await conn.out.event(
+            protocol.Error(
+                code=ErrorCode.INTERNAL,
+                message="the server failed unexpectedly and closed this session; the details"
+                " are in the server log. Reconnect to continue",
+                fatal=True,
+            )
+        )
+    except ConnectionGone:
+        return
+    try:
+        await conn.close(CloseCode.INTERNAL, "internal error")
+    except Exception as exc:  # the session's own close failed: close the socket
+        conn.session.log.debug("close after failure failed: %r", exc)
+        await conn.out.close(CloseCode.INTERNAL, "internal error")
 
 
 def _echo_subprotocol(websocket: WebSocket) -> str | None:
