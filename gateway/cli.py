@@ -46,8 +46,8 @@ def _serve(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.api_keys)
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_keys:
+    configure_logging(settings.log_level, settings.accepted_keys)
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.accepted_keys:
         log.warning(
             "listening on %s without API keys: anyone who can reach this port can use it;"
             " set api_keys (GATEWAY_API_KEYS)",

@@ -53,6 +53,7 @@ from starlette.websockets import WebSocket
 from gateway import protocol
 from gateway.errors import CloseCode
 from gateway.metrics import Metrics
+from gateway.pings import watch_pings
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ class ConnectionGone(Exception):
 class TransportMiddleware:
     """Pure ASGI middleware: remembers uvicorn's WebSocket protocol object
     (``send.__self__``) in the scope so that ``Outbound`` can abort a stalled
-    transport.  Does nothing for other scopes or servers."""
+    transport, and watches its ping frames for the idle timeout
+    (``gateway.pings``).  Does nothing for other scopes or servers."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -82,6 +84,7 @@ class TransportMiddleware:
             owner = getattr(send, "__self__", None)
             if owner is not None and hasattr(owner, "transport") and hasattr(owner, "conn"):
                 scope[SCOPE_KEY] = owner
+                watch_pings(owner, scope)
         await self.app(scope, receive, send)
 
 
