@@ -65,7 +65,7 @@ async def test_ping_frames_keep_a_quiet_session_open(agent_server: RunningServer
         async with asyncio.timeout(5):
             await pong
         await asyncio.sleep(0.25)
-    assert len(agent_server.state.live_sessions) == 1, "the session was closed although pings arrived"
+    assert len(agent_server.state.live_sessions) == 1, "closed although pings arrived"
     # still a working session: a turn is spoken after the quiet period
     await send(ws, type="input.text", text="Still here. ", context_id="t2")
     await send(ws, type="input.done", context_id="t2")
