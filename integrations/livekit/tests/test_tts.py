@@ -46,9 +46,7 @@ async def test_stream_tokens_flush_and_word_timings(
         assert frames and all(f.sample_rate == RATE and f.num_channels == 1 for f in frames)
         assert events[-1].is_final
         assert len({e.segment_id for e in events}) == 1
-        words = [
-            w for f in frames for w in f.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])
-        ]
+        words = [w for f in frames for w in f.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
         assert "".join(words).split() == ["Hello", "there,", "how", "are", "you", "today?"]
         starts = [w.start_time for w in words]
         assert starts == sorted(starts) and starts[0] >= 0.0

@@ -240,7 +240,7 @@ async def test_voice_change_between_turns(gateway: Gateway) -> None:
 async def test_incompatible_protocol_is_an_error(gateway: Gateway) -> None:
     from voice_gateway_pipecat.wire import ProtocolMismatch, check_protocol_version
 
-    with pytest.raises(ProtocolMismatch, match="2.0.0"):
+    with pytest.raises(ProtocolMismatch, match=r"2\.0\.0"):
         check_protocol_version({"protocol_version": "2.0.0"})
     assert check_protocol_version({"protocol_version": "1.7.3"}) == "1.7.3"
 

@@ -25,7 +25,7 @@ import json
 import logging
 import weakref
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from livekit.agents import (
@@ -80,7 +80,7 @@ class GatewayConnection:
         self.session_id = str(created.get("session_id", ""))
 
 
-class TTS(tts.TTS):
+class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
     def __init__(
         self,
         *,
@@ -141,7 +141,8 @@ class TTS(tts.TTS):
             self._session = utils.http_context.http_session()
         return self._session
 
-    async def _connect_ws(self, timeout: float) -> GatewayConnection:
+    # the signature is ConnectionPool's connect_cb: it passes the timeout
+    async def _connect_ws(self, timeout: float) -> GatewayConnection:  # noqa: ASYNC109
         headers = {"Authorization": f"Bearer {self._opts.api_key}"} if self._opts.api_key else {}
         try:
             async with asyncio.timeout(timeout):
@@ -194,11 +195,11 @@ class TTS(tts.TTS):
     async def _close_ws(self, conn: GatewayConnection) -> None:
         await conn.ws.close()
 
-    async def _acquire(self, timeout: float) -> GatewayConnection:
+    async def _acquire(self, connect_s: float) -> GatewayConnection:
         """A pooled connection that is still open (the gateway may have
         closed an idle one, e.g. on restart)."""
         while True:
-            conn = await self._pool.get(timeout=timeout)
+            conn = await self._pool.get(timeout=connect_s)
             if not conn.ws.closed:
                 return conn
             self._pool.remove(conn)
@@ -215,8 +216,12 @@ class TTS(tts.TTS):
     ) -> None:
         """Change voice, speed or language from the next turn on (pooled
         sockets carry the old config, so they are retired)."""
-        changes = {"voice": voice, "speed": speed, "language": language}
-        self._opts = replace(self._opts, **{k: v for k, v in changes.items() if v is not None})
+        self._opts = replace(
+            self._opts,
+            voice=voice if voice is not None else self._opts.voice,
+            speed=speed if speed is not None else self._opts.speed,
+            language=language if language is not None else self._opts.language,
+        )
         self._pool.invalidate()
 
     def synthesize(
@@ -278,9 +283,9 @@ class _Context:
                 raise APITimeoutError("voice gateway sent nothing in time") from None
             if msg.type == aiohttp.WSMsgType.BINARY:
                 frame = parse_tagged(msg.data)
-                if frame.context_number == self.number and frame.payload:
-                    if not frame.is_wav_header:
-                        self.emitter.push(frame.payload)
+                ours = frame.context_number == self.number
+                if ours and frame.payload and not frame.is_wav_header:
+                    self.emitter.push(frame.payload)
                 continue
             if msg.type != aiohttp.WSMsgType.TEXT:
                 raise APIConnectionError(
@@ -320,7 +325,7 @@ class _Context:
         try:
             async with asyncio.timeout(CANCEL_SEND_TIMEOUT_S):
                 await self.conn.ws.send_str(json.dumps({"type": "cancel", "context_id": self.id}))
-        except Exception as e:  # noqa: BLE001 - a socket that cannot cancel is dropped
+        except Exception as e:
             logger.debug("cancel not sent: %r", e)
             return False
         return not self.conn.ws.closed

@@ -53,7 +53,7 @@ class GatewayTTSSettings(TTSSettings):
         speed: Speaking rate, 0.25 to 4.0 (1.0 is the voice's own rate).
     """
 
-    speed: float | None | NotGiven = field(default_factory=lambda: NOT_GIVEN)
+    speed: float | NotGiven | None = field(default_factory=lambda: NOT_GIVEN)
 
 
 class GatewayTTSService(WebsocketTTSService):
@@ -142,7 +142,8 @@ class GatewayTTSService(WebsocketTTSService):
     # ------------------------------------------------------------------
     # connection
     # ------------------------------------------------------------------
-    async def setup(self, setup: FrameProcessorSetup) -> None:
+    # pipecat's FrameProcessor.setup narrows BaseObject.setup the same way
+    async def setup(self, setup: FrameProcessorSetup) -> None:  # type: ignore[override]
         """The pipeline's output rate is known here: connect (as Cartesia's
         service does), so the first turn finds a configured session."""
         await super().setup(setup)
@@ -305,7 +306,9 @@ class GatewayTTSService(WebsocketTTSService):
                 logger.warning(f"{self}: cancel not sent: {e}")
         await super().on_audio_context_interrupted(context_id)
 
-    async def _update_settings(self, delta: TTSSettings) -> dict[str, Any]:
+    # the signature of pipecat's TTSService._update_settings, itself narrower
+    # than AIService's
+    async def _update_settings(self, delta: TTSSettings) -> dict[str, Any]:  # type: ignore[override]
         """Voice, language or speed changes send a new ``session.config``;
         the gateway applies it from the next utterance, so the turn's later
         sentences move to a new context (as Pipecat's Cartesia service does)."""
