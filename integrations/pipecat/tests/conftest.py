@@ -18,3 +18,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     data: Path = tmp_path_factory.mktemp("gateway")
     with gateway_process(data, engine="synthetic", log_level="debug", **FAST_EXIT) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def piper_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """The default engine: the real Piper voice the gateway ships."""
+    data: Path = tmp_path_factory.mktemp("piper")
+    with gateway_process(data, engine="piper", deterministic="true", **FAST_EXIT) as server:
+        yield server

@@ -256,3 +256,47 @@ async def test_gateway_down_is_reported_as_a_pipecat_error(gateway: Gateway) -> 
     async with pipeline(Down(), reconnect_on_error=False) as h:  # type: ignore[arg-type]
         await h.up.wait_for(lambda: bool(h.up.of(ErrorFrame)))
         assert "voice gateway connection failed" in h.up.of(ErrorFrame)[0].error
+
+
+async def test_dropped_connection_reconnects_and_never_resends(gateway: Gateway) -> None:
+    from tests.proxy import DroppingProxy
+
+    proxy = DroppingProxy(gateway.port)
+    await proxy.start()
+
+    class ViaProxy:
+        ws_url = f"ws://127.0.0.1:{proxy.port}/v1/audio/speech/stream"
+
+    utterances = gateway.metric("gateway_utterances_total")
+    try:
+        async with pipeline(
+            ViaProxy(),  # type: ignore[arg-type]
+            reconnect_backoff_min_wait=0.1,
+            reconnect_backoff_max_wait=0.5,
+        ) as h:
+            first_session = h.tts.server_info["session_id"]
+            reconnected = asyncio.Event()
+
+            @h.tts.event_handler("on_connected")
+            async def _connected(service: GatewayTTSService) -> None:
+                reconnected.set()
+
+            await h.send(TTSSpeakFrame(LONG_TEXT))
+            await h.down.wait_for(lambda: bool(h.down.of(TTSAudioRawFrame)))
+            proxy.drop_all()
+            # the text in flight is reported as not spoken ...
+            await h.up.wait_for(lambda: any("not spoken" in e.error for e in h.up.of(ErrorFrame)))
+            # ... and the service reconnects: a new gateway session
+            async with asyncio.timeout(HANG_GUARD_S):
+                await reconnected.wait()
+            assert h.tts.server_info["session_id"] != first_session
+            await h.send(TTSSpeakFrame("After the drop."))
+            await h.down.wait_for(
+                lambda: any(
+                    h.tts.of("session.done", f.context_id) for f in h.down.of(TTSStoppedFrame)
+                )
+            )
+    finally:
+        await proxy.aclose()
+    # two utterances reached the gateway: the dropped text was never re-sent
+    assert gateway.metric("gateway_utterances_total") == utterances + 2
