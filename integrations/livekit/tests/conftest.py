@@ -25,3 +25,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def quick_idle_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway that closes a session after 1.5 s without activity."""
+    data: Path = tmp_path_factory.mktemp("idle")
+    with gateway_process(data, engine="synthetic", idle_timeout_s=1.5, **FAST_EXIT) as server:
+        yield server

@@ -125,3 +125,39 @@ async def test_fallback_adapter_falls_back_when_the_gateway_is_down(
         await adapter.aclose()
         await down.aclose()
         await live.aclose()
+
+
+async def test_pooled_socket_outlives_the_idle_timeout(
+    quick_idle_gateway: Gateway, http: aiohttp.ClientSession
+) -> None:
+    """WebSocket ping frames (aiohttp's heartbeat) keep a pooled socket's
+    session open through 4.5 s of quiet, three of the gateway's 1.5 s idle
+    timeouts; the next turn reuses it."""
+    plugin = _plugin(quick_idle_gateway, http, heartbeat_s=0.5)
+    try:
+        async with asyncio.timeout(HANG_GUARD_S):
+            await plugin.synthesize("Before the pause.", conn_options=NO_RETRY).collect()
+            session = plugin.last_session_id
+            await asyncio.sleep(4.5)
+            await plugin.synthesize("After the pause.", conn_options=NO_RETRY).collect()
+        assert plugin.last_session_id == session and session
+    finally:
+        await plugin.aclose()
+
+
+async def test_a_pooled_socket_closed_by_the_gateway_is_replaced(
+    quick_idle_gateway: Gateway, http: aiohttp.ClientSession
+) -> None:
+    """Without pings the gateway closes the idle pooled socket (4002); the
+    next turn still speaks, on a new session."""
+    plugin = _plugin(quick_idle_gateway, http, heartbeat_s=3600)
+    try:
+        async with asyncio.timeout(HANG_GUARD_S):
+            await plugin.synthesize("Before the pause.").collect()
+            session = plugin.last_session_id
+            await asyncio.sleep(4.5)
+            frame = await plugin.synthesize("After the pause.").collect()
+        assert frame.duration > 0.3
+        assert plugin.last_session_id != session
+    finally:
+        await plugin.aclose()
