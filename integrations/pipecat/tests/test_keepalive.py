@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pipecat.frames.frames import TTSSpeakFrame, TTSStoppedFrame
+from pipecat.frames.frames import ErrorFrame, TTSSpeakFrame, TTSStoppedFrame
 
 from tests.gateway_process import Gateway
 from tests.test_pipeline import pipeline
@@ -23,6 +23,7 @@ async def _two_turns_apart(gateway: Gateway, **service_args: object) -> tuple[st
         await asyncio.sleep(QUIET_S)  # the user is thinking
         await h.send(TTSSpeakFrame("After the pause."))
         await h.down.wait_for(lambda: len(h.down.of(TTSStoppedFrame)) == 2)
+        assert not h.up.of(ErrorFrame)
         return first, h.tts.server_info["session_id"]
 
 
@@ -35,9 +36,9 @@ async def test_keepalive_holds_the_session_between_turns(quick_idle_gateway: Gat
 async def test_without_keepalive_the_gateway_closes_the_quiet_session(
     quick_idle_gateway: Gateway,
 ) -> None:
-    # the counterfactual: pings too rare, the gateway's idle timeout (4002)
-    # ends the session and the second turn needs a new one
-    before, after = await _two_turns_apart(
-        quick_idle_gateway, keepalive_interval_s=3600, reconnect_backoff_min_wait=0.1
-    )
-    assert before != after
+    # the counterfactual: pings too rare, the gateway's idle timeout ends
+    # the session (error ``timeout``, close 4002) once the turn is over
+    async with pipeline(quick_idle_gateway, keepalive_interval_s=3600) as h:
+        await h.send(TTSSpeakFrame("Before the pause."))
+        await h.down.wait_for(lambda: len(h.down.of(TTSStoppedFrame)) == 1)
+        await h.up.wait_for(lambda: any("idle timeout" in e.error for e in h.up.of(ErrorFrame)))

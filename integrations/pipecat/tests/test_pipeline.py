@@ -31,6 +31,7 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.transcriptions.language import Language
 from pipecat.workers.runner import WorkerRunner
 
 from tests.gateway_process import Gateway
@@ -222,7 +223,10 @@ async def test_interruption_cancels_on_the_gateway_and_a_second_turn_follows(
 
 
 async def test_voice_change_between_turns(gateway: Gateway) -> None:
-    async with pipeline(gateway, settings=GatewayTTSSettings(speed=1.0)) as h:
+    # Pipecat's usual Language.EN is the voice's en-US
+    settings = GatewayTTSSettings(speed=1.0, language=Language.EN)
+    async with pipeline(gateway, settings=settings) as h:
+        assert h.tts.effective_config["language"] == "en-US"
         await h.send(TTSSpeakFrame("First turn."))
         await h.down.wait_for(lambda: len(h.down.of(TTSStoppedFrame)) == 1)
         await h.send(TTSUpdateSettingsFrame(delta=GatewayTTSSettings(speed=2.0)))

@@ -45,6 +45,7 @@ from voice_gateway_livekit.wire import (
     engine_gives_word_timings,
     error_status,
     parse_tagged,
+    resolve_language,
     session_config,
 )
 
@@ -181,7 +182,7 @@ class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
             sample_rate=self._opts.sample_rate,
             voice=self._opts.voice,
             speed=self._opts.speed,
-            language=self._opts.language,
+            language=resolve_language(self._opts.language, created, self._opts.voice),
             timestamps=self.capabilities.aligned_transcript,
             max_lead_ms=self._opts.max_lead_ms,
         )

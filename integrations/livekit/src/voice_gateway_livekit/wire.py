@@ -116,6 +116,28 @@ def native_rate(created: dict[str, Any], voice: str | None) -> int | None:
     return None
 
 
+def resolve_language(
+    requested: str | None, created: dict[str, Any], voice: str | None
+) -> str | None:
+    """A bare language subtag (``en``, as Pipecat's ``Language.EN`` or
+    LiveKit's ``LanguageCode`` gives it) names the voice's own language when
+    the voice speaks it (``en-US``): the gateway accepts only the voice's own
+    tag, code or name (or ``Auto``).  Anything else is sent as it is, and a
+    language the voice does not speak is refused by the gateway."""
+    if requested is None:
+        return None
+    tag = requested.strip().replace("_", "-")
+    if "-" in tag or tag.casefold() == "auto":
+        return requested
+    for entry in created.get("voices") or []:
+        if voice is None or str(entry.get("name", "")).casefold() == voice.strip().casefold():
+            own = str(entry.get("language", ""))
+            if own.split("-", 1)[0].casefold() == tag.casefold():
+                return own
+            break
+    return requested
+
+
 def session_config(
     *,
     sample_rate: int,

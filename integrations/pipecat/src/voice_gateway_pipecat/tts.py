@@ -37,6 +37,7 @@ from voice_gateway_pipecat.wire import (
     engine_gives_word_timings,
     native_rate,
     parse_tagged,
+    resolve_language,
     session_config,
 )
 
@@ -222,11 +223,13 @@ class GatewayTTSService(WebsocketTTSService):
 
     def _session_config(self) -> dict[str, Any]:
         s = self._settings
+        voice = s.voice if is_given(s.voice) and s.voice else None
+        language = str(s.language) if is_given(s.language) and s.language else None
         return session_config(
             sample_rate=self.sample_rate,
-            voice=s.voice if is_given(s.voice) and s.voice else None,
+            voice=voice,
             speed=s.speed if is_given(s.speed) and s.speed else None,
-            language=str(s.language) if is_given(s.language) and s.language else None,
+            language=resolve_language(language, self.server_info, voice),
             timestamps=self._word_timings,
             max_lead_ms=self._max_lead_ms,
         )
