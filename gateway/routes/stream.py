@@ -131,11 +131,12 @@ async def _read_loop(websocket: WebSocket, session: Session) -> None:
                     continue
             which = "config" if first else "idle"
             limit = settings.config_timeout_s if first else settings.idle_timeout_s
+            quiet = "no message" if first else "no message or ping"
             code = CloseCode.CONFIG_TIMEOUT if first else CloseCode.IDLE_TIMEOUT
             await session.out.event(
                 protocol.Error(
                     code=ErrorCode.TIMEOUT,
-                    message=f"{which} timeout: no message for {limit:g} s",
+                    message=f"{which} timeout: {quiet} for {limit:g} s",
                     fatal=True,
                 )
             )
