@@ -49,7 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.api_keys)
+    configure_logging(settings.log_level, settings.accepted_keys)
     for warning in startup_warnings(settings):
         log.warning("%s", warning)
     app = create_app(settings)

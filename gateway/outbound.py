@@ -60,6 +60,7 @@ from gateway.flow.stall import (
     StallGuard,
 )
 from gateway.metrics import Metrics
+from gateway.pings import watch_pings
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ class ConnectionGone(Exception):
 class TransportMiddleware:
     """Pure ASGI middleware: remembers uvicorn's WebSocket protocol object
     (``send.__self__``) in the scope so that ``Outbound`` can abort a stalled
-    transport.  Does nothing for other scopes or servers."""
+    transport, and watches its ping frames for the idle timeout
+    (``gateway.pings``).  Does nothing for other scopes or servers."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -86,6 +88,7 @@ class TransportMiddleware:
             owner = getattr(send, "__self__", None)
             if owner is not None and hasattr(owner, "transport") and hasattr(owner, "conn"):
                 scope[SCOPE_KEY] = owner
+                watch_pings(owner, scope)
         await self.app(scope, receive, send)
 
 

@@ -114,6 +114,11 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ws_impl: Literal["websockets-sansio", "websockets", "wsproto"] = "websockets-sansio"
     #: API keys; empty means no authentication (loopback default)
     api_keys: list[str] = []
+    #: API keys of agent hosts (voice-agent servers running many calls from
+    #: one address): also accepted as API keys; a connection presenting one
+    #: is limited per key (``max_sessions_per_agent_key``, and
+    #: ``max_connections_per_minute`` per key) instead of per address
+    agent_api_keys: list[str] = []
     #: extra Origins allowed to open the WebSocket (same-origin is always allowed)
     allowed_origins: list[str] = []
     #: Host names the API answers to, besides the loopback names (``localhost``,
@@ -146,6 +151,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_contexts: int = 8
     max_sessions: int = 64
     max_sessions_per_client: int = 16
+    #: sessions per agent API key (``agent_api_keys``), whatever the address
+    max_sessions_per_agent_key: int = 64
     #: client messages per second per session; beyond it they are dropped
     max_messages_per_second: int = 100
     #: new connections per minute per client address
@@ -194,6 +201,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.max_contexts >= 1, "max_contexts must be >= 1"),
             (self.max_sessions >= 1, "max_sessions must be >= 1"),
             (self.max_sessions_per_client >= 1, "max_sessions_per_client must be >= 1"),
+            (self.max_sessions_per_agent_key >= 1, "max_sessions_per_agent_key must be >= 1"),
             (self.max_active_streams >= 1, "max_active_streams must be >= 1"),
             (self.max_messages_per_second >= 1, "max_messages_per_second must be >= 1"),
             (self.max_connections_per_minute >= 1, "max_connections_per_minute must be >= 1"),
@@ -219,6 +227,11 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.max_form_parts >= 2, "max_form_parts must be >= 2"),
         ]
         _check(checks)
+
+    @property
+    def accepted_keys(self) -> list[str]:
+        """Every API key the server accepts: ``api_keys`` and ``agent_api_keys``."""
+        return [*self.api_keys, *self.agent_api_keys]
 
     @property
     def data_path(self) -> Path:

@@ -17,6 +17,7 @@ cannot know its names and accepts any Host; ``startup_warnings`` says so.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -98,12 +99,12 @@ def startup_warnings(settings: Settings) -> list[str]:
     """What an operator should hear about at start (exposure, rebinding)."""
     host = settings.host.strip()
     warnings = []
-    if host not in LOOPBACK_NAMES and not settings.api_keys:
+    if host not in LOOPBACK_NAMES and not settings.accepted_keys:
         warnings.append(
             f"listening on {host or 'all interfaces'} without API keys: anyone who can reach"
             " this port can use it; set api_keys (GATEWAY_API_KEYS)"
         )
-    if host in WILDCARD_BINDS and not settings.allowed_hosts and not settings.api_keys:
+    if host in WILDCARD_BINDS and not settings.allowed_hosts and not settings.accepted_keys:
         warnings.append(
             "listening on all interfaces with no allowed_hosts: any Host header is accepted,"
             " so a web page can reach the API through DNS rebinding; set allowed_hosts"
@@ -127,14 +128,33 @@ def presented_key(conn: HTTPConnection) -> str | None:
     return None
 
 
+def _matches(given: str, keys: list[str]) -> bool:
+    # every key is compared (constant time each), so timing says nothing
+    return any([hmac.compare_digest(given.encode(), k.encode()) for k in keys])
+
+
 def key_ok(conn: HTTPConnection, state: GatewayState) -> bool:
-    keys = state.settings.api_keys
+    """The connection presents an accepted key (``api_keys`` or
+    ``agent_api_keys``), or none are configured."""
+    keys = state.settings.accepted_keys
     if not keys:
         return True
     given = presented_key(conn)
     if given is None:
         return False
-    return any(hmac.compare_digest(given.encode(), k.encode()) for k in keys)
+    return _matches(given, keys)
+
+
+def agent_identity(conn: HTTPConnection, state: GatewayState) -> str | None:
+    """For a connection presenting one of ``agent_api_keys``: the identity its
+    per-client limits are counted under (a digest of the key, never the key
+    itself, so it can appear in logs and tables).  ``None`` otherwise: the
+    limits are counted per address."""
+    keys = state.settings.agent_api_keys
+    given = presented_key(conn) if keys else None
+    if given is None or not _matches(given, keys):
+        return None
+    return "key:" + hashlib.sha256(given.encode()).hexdigest()[:12]
 
 
 def origin_ok(conn: HTTPConnection, state: GatewayState) -> bool:
