@@ -2,6 +2,10 @@
 
 Precedence, highest first: command line > environment (``GATEWAY_<FIELD>``,
 upper-case field name) > configuration file (TOML) > defaults below.
+An engine's own settings live in a section (TOML ``[upstream]``, environment
+``GATEWAY_UPSTREAM_<FIELD>``; section names have no underscore, so the first
+word after ``GATEWAY_`` names the section); a variable overrides one field of
+the file's section, not the whole section.
 Every field is documented in ``docs/configuration.md``; a test keeps that file
 in step with this type.  Values are validated once, at start, and a bad value
 stops the server with a message naming the field.
@@ -16,6 +20,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
@@ -41,6 +46,113 @@ class SettingsError(ValueError):
     """A setting is missing, malformed or out of range."""
 
 
+class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[upstream]``: the ``upstream`` engine's pool of OpenAI-compatible
+    speech servers (``docs/engine.md``, ``docs/deployment.md``)."""
+
+    #: base URLs of the replicas (``http://host:8000``), one model per pool
+    urls: list[str] = []
+    #: sent as ``Authorization: Bearer``; never logged
+    api_key: str = ""
+    #: the upstream's model name, sent as ``model`` ("" leaves it out)
+    model: str = ""
+    #: the upstream's output rate in Hz; 0: read from a WAV header at start
+    native_rate: int = 0
+    response_format: Literal["pcm", "wav"] = "pcm"
+    stream_format: Literal["audio", "sse"] = "audio"
+    #: liveness probe path ("" turns active probes off: passive ejection only)
+    health_path: str = "/health"
+    #: readiness: the first of these answering 2xx makes a replica ready
+    ready_paths: list[str] = msgspec.field(
+        default_factory=lambda: ["/v1/models", "/v1/audio/voices"]
+    )
+    probe_interval_s: float = 2.0
+    probe_timeout_s: float = 2.0
+    connect_timeout_s: float = 2.0
+    #: request sent to first audio byte, per attempt
+    first_byte_timeout_s: float = 10.0
+    #: longest silence between two pieces of a body
+    read_timeout_s: float = 10.0
+    #: requests (prefetched ones included) one replica serves at once
+    max_per_replica: int = 8
+    #: replicas tried for one segment before its first audio byte
+    max_attempts: int = 3
+    #: how long a segment waits for a replica below its cap
+    queue_timeout_s: float = 5.0
+    failure_threshold: int = 3
+    cooldown_s: float = 5.0
+    #: voices to list when the upstream has no ``GET /v1/audio/voices`` (OpenAI)
+    voices: list[str] = []
+    #: BCP-47 tags the upstream's voices speak (first: its voices' language)
+    languages: list[str] = msgspec.field(default_factory=lambda: ["en-US"])
+    #: the upstream honours ``instructions`` (passed through when set)
+    instructions: bool = False
+    #: the upstream clones from ``ref_audio``/``ref_text`` (passed through)
+    cloning: bool = False
+    #: send ``language`` with each request (vllm-omni's Qwen3-TTS takes it)
+    send_language: bool = False
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[bool, str]] = [
+            (
+                self.native_rate == 0 or 8000 <= self.native_rate <= 192_000,
+                "upstream.native_rate must be 0 or 8000 to 192000",
+            ),
+            (
+                not self.health_path or self.health_path.startswith("/"),
+                "upstream.health_path must start with / (or be empty)",
+            ),
+            (
+                all(p.startswith("/") for p in self.ready_paths),
+                "upstream.ready_paths must start with /",
+            ),
+            (self.probe_interval_s > 0, "upstream.probe_interval_s must be > 0"),
+            (self.probe_timeout_s > 0, "upstream.probe_timeout_s must be > 0"),
+            (self.connect_timeout_s > 0, "upstream.connect_timeout_s must be > 0"),
+            (self.first_byte_timeout_s > 0, "upstream.first_byte_timeout_s must be > 0"),
+            (self.read_timeout_s > 0, "upstream.read_timeout_s must be > 0"),
+            (self.max_per_replica >= 1, "upstream.max_per_replica must be >= 1"),
+            (self.max_attempts >= 1, "upstream.max_attempts must be >= 1"),
+            (self.queue_timeout_s >= 0, "upstream.queue_timeout_s must be >= 0"),
+            (self.failure_threshold >= 1, "upstream.failure_threshold must be >= 1"),
+            (self.cooldown_s >= 0, "upstream.cooldown_s must be >= 0"),
+            (bool(self.languages), "upstream.languages must not be empty"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SettingsError(message)
+        for url in self.urls:
+            check_url(url)
+
+
+def check_url(url: str) -> None:
+    """An upstream base URL: http(s), a host, no query; the message never
+    repeats credentials."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+        raise SettingsError(
+            f"upstream.urls: {redact_url(url)!r} is not an http(s)://host[:port][/path] URL"
+        )
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user, password, query or fragment (logs, metric labels)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host + (f":{port}" if port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+#: engine settings sections: TOML table name -> its type
+SECTIONS: dict[str, type[msgspec.Struct]] = {"upstream": UpstreamSettings}
+
+
 class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # --- server -------------------------------------------------------------
     host: str = "127.0.0.1"
@@ -58,8 +170,10 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting)
     forwarded_allow_ips: str = "127.0.0.1"
     # --- engine -------------------------------------------------------------
-    #: registry name of the engine (``piper`` or ``synthetic``)
+    #: registry name of the engine (``piper``, ``upstream`` or ``synthetic``)
     engine: str = "piper"
+    #: ``[upstream]``: the ``upstream`` engine's replica pool
+    upstream: UpstreamSettings = msgspec.field(default_factory=UpstreamSettings)
     #: extra Piper voices: paths to ``.onnx`` files (``.onnx.json`` beside them)
     voices: list[str] = []
     #: torch device for the vocoder: ``auto`` picks CUDA when available
@@ -151,6 +265,10 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.max_batch_items >= 1, "max_batch_items must be >= 1"),
             (self.max_batch_chars >= 1, "max_batch_chars must be >= 1"),
             (self.batch_concurrency >= 1, "batch_concurrency must be >= 1"),
+            (
+                self.engine != "upstream" or bool(self.upstream.urls),
+                "engine upstream needs upstream.urls (GATEWAY_UPSTREAM_URLS=http://a:8000,...)",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -171,21 +289,41 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 def field_names() -> list[str]:
-    return list(Settings.__struct_fields__)
+    """Every setting: top-level names, and ``section.field`` for sections."""
+    names: list[str] = []
+    for name in Settings.__struct_fields__:
+        if name in SECTIONS:
+            names += [f"{name}.{f}" for f in SECTIONS[name].__struct_fields__]
+        else:
+            names.append(name)
+    return names
 
 
-def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Read ``GATEWAY_<FIELD>`` variables.  Lists are comma-separated."""
+def _env_fields(
+    struct: type[msgspec.Struct], prefix: str, environ: Mapping[str, str]
+) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    info = {f.name: f for f in msgspec.structs.fields(Settings)}
-    for name, fld in info.items():
-        raw = environ.get(ENV_PREFIX + name.upper())
+    for fld in msgspec.structs.fields(struct):
+        if fld.name in SECTIONS and struct is Settings:
+            continue
+        raw = environ.get(prefix + fld.name.upper())
         if raw is None:
             continue
         if "list" in repr(fld.type):
-            values[name] = [item.strip() for item in raw.split(",") if item.strip()]
+            values[fld.name] = [item.strip() for item in raw.split(",") if item.strip()]
         else:
-            values[name] = raw
+            values[fld.name] = raw
+    return values
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Read ``GATEWAY_<FIELD>`` and ``GATEWAY_<SECTION>_<FIELD>`` variables.
+    Lists are comma-separated."""
+    values = _env_fields(Settings, ENV_PREFIX, environ)
+    for section, struct in SECTIONS.items():
+        fields = _env_fields(struct, f"{ENV_PREFIX}{section.upper()}_", environ)
+        if fields:
+            values[section] = fields
     return values
 
 
@@ -205,6 +343,9 @@ def load_settings(
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"configuration file {path} is not valid TOML: {exc}") from None
     env_values = _from_env(os.environ if environ is None else environ)
+    for section in SECTIONS:
+        if section in env_values and isinstance(merged.get(section), dict):
+            env_values[section] = {**merged[section], **env_values[section]}
     merged.update(env_values)
     if overrides:
         merged.update({k: v for k, v in overrides.items() if v is not None})
