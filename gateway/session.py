@@ -451,6 +451,7 @@ class Session:
         # with a session.done of 0 sentences
         utt = ctx.utterance or self._start_utterance(ctx)
         utt.done_received = True
+        self._stream_for(ctx).close_if_complete(utt)
         ctx.utterance = None
         ctx.pending.append(utt)
         ctx.segmenter.end_utterance()
@@ -484,12 +485,12 @@ class Session:
 
     def account_job(self, utt: Utterance, job: SynthesisJob) -> None:
         stats = job.stats
-        utt.compute_ms += stats.acoustic_ms + stats.decode_ms
+        utt.compute_ms += stats.compute_ms
         if utt.queue_ms is None:
             utt.queue_ms = stats.queue_ms
         self.metrics.sentences.inc()
-        if stats.acoustic_ms:
-            self.metrics.acoustic_seconds.observe(stats.acoustic_ms / 1000)
+        if stats.extra.get("acoustic_ms"):
+            self.metrics.acoustic_seconds.observe(stats.extra["acoustic_ms"] / 1000)
         if stats.first_chunk_ms:
             self.metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
 

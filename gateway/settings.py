@@ -2,19 +2,24 @@
 
 Precedence, highest first: command line > environment (``GATEWAY_<FIELD>``,
 upper-case field name) > configuration file (TOML) > defaults below.
-An engine's own settings live in a section (TOML ``[upstream]``, environment
-``GATEWAY_UPSTREAM_<FIELD>``; section names have no underscore, so the first
-word after ``GATEWAY_`` names the section); a variable overrides one field of
-the file's section, not the whole section.
 Every field is documented in ``docs/configuration.md``; a test keeps that file
 in step with this type.  Values are validated once, at start, and a bad value
 stops the server with a message naming the field.
+
+Engine settings live in sections: TOML ``[piper]``, environment
+``GATEWAY_PIPER_<FIELD>``.  A section is one ``msgspec.Struct`` and one field
+of ``Settings`` typed with it (``SECTIONS`` is derived from those fields);
+section names have no underscore, so the first word after ``GATEWAY_`` names
+the section.  Piper's fields used to be flat (``device``, ``GATEWAY_DEVICE``);
+those names still work as deprecated aliases (``DEPRECATED_ALIASES``), with a
+warning at start, and fail when the section sets the same field.
 
 This module does no I/O beyond reading the file it is given.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -23,6 +28,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -44,6 +51,47 @@ OPENAI_VOICES = (
 
 class SettingsError(ValueError):
     """A setting is missing, malformed or out of range."""
+
+
+class PiperSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[piper]``: the Piper engine (``GATEWAY_PIPER_<FIELD>``)."""
+
+    #: extra Piper voices: paths to ``.onnx`` files (``.onnx.json`` beside them)
+    voices: list[str] = []
+    #: torch device for the vocoder: ``auto`` picks CUDA when available
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: onnxruntime providers for acoustic models: ``auto`` adds CUDA when the
+    #: ``onnxruntime-gpu`` package is installed
+    onnx_provider: Literal["auto", "cpu", "cuda"] = "auto"
+    #: noise scales forced to 0, thread counts and chunk sizes fixed whatever
+    #: the load: identical input gives identical audio (tests)
+    deterministic: bool = False
+    #: decoder chunk sizes in latent frames (first, second, ... then the last
+    #: value repeats): a small first chunk for latency, larger ones after
+    chunk_schedule: list[int] = msgspec.field(default_factory=lambda: [16, 32, 64])
+    #: threads for the acoustic model and for the vocoder (0: every core, up to
+    #: 4, while the other pool is idle, one while it works)
+    acoustic_threads: int = 0
+    vocoder_threads: int = 0
+
+    def __post_init__(self) -> None:
+        _check(
+            [
+                (bool(self.chunk_schedule), "piper.chunk_schedule must not be empty"),
+                (
+                    all(c >= 1 for c in self.chunk_schedule),
+                    "piper.chunk_schedule values must be >= 1",
+                ),
+                (self.acoustic_threads >= 0, "piper.acoustic_threads must be >= 0"),
+                (self.vocoder_threads >= 0, "piper.vocoder_threads must be >= 0"),
+            ]
+        )
+
+
+def _check(checks: list[tuple[bool, str]]) -> None:
+    for ok, message in checks:
+        if not ok:
+            raise SettingsError(message)
 
 
 class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -149,10 +197,6 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
-#: engine settings sections: TOML table name -> its type
-SECTIONS: dict[str, type[msgspec.Struct]] = {"upstream": UpstreamSettings}
-
-
 class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # --- server -------------------------------------------------------------
     host: str = "127.0.0.1"
@@ -170,27 +214,13 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting)
     forwarded_allow_ips: str = "127.0.0.1"
     # --- engine -------------------------------------------------------------
-    #: registry name of the engine (``piper``, ``upstream`` or ``synthetic``)
+    #: registry name of the engine (``piper``, ``synthetic`` or one registered
+    #: through the ``voice_gateway.engines`` entry-point group)
     engine: str = "piper"
+    # --- engine sections: one Struct-typed field each (see ``SECTIONS``) -----
+    piper: PiperSettings = msgspec.field(default_factory=PiperSettings)
     #: ``[upstream]``: the ``upstream`` engine's replica pool
     upstream: UpstreamSettings = msgspec.field(default_factory=UpstreamSettings)
-    #: extra Piper voices: paths to ``.onnx`` files (``.onnx.json`` beside them)
-    voices: list[str] = []
-    #: torch device for the vocoder: ``auto`` picks CUDA when available
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    #: onnxruntime providers for acoustic models: ``auto`` adds CUDA when the
-    #: ``onnxruntime-gpu`` package is installed
-    onnx_provider: Literal["auto", "cpu", "cuda"] = "auto"
-    #: noise scales forced to 0, thread counts and chunk sizes fixed whatever
-    #: the load: identical input gives identical audio (tests)
-    deterministic: bool = False
-    #: decoder chunk sizes in latent frames (first, second, ... then the last
-    #: value repeats): a small first chunk for latency, larger ones after
-    chunk_schedule: list[int] = msgspec.field(default_factory=lambda: [16, 32, 64])
-    #: threads for the acoustic model and for the vocoder (0: every core, up to
-    #: 4, while the other pool is idle, one while it works)
-    acoustic_threads: int = 0
-    vocoder_threads: int = 0
     # --- sessions -----------------------------------------------------------
     #: ``auto`` segmentation: speak the first segment eagerly once this many
     #: words are buffered and no text arrived for ``eager_wait_ms``
@@ -238,10 +268,6 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [
             (1 <= self.port <= 65535, "port must be 1 to 65535"),
-            (bool(self.chunk_schedule), "chunk_schedule must not be empty"),
-            (all(c >= 1 for c in self.chunk_schedule), "chunk_schedule values must be >= 1"),
-            (self.acoustic_threads >= 0, "acoustic_threads must be >= 0"),
-            (self.vocoder_threads >= 0, "vocoder_threads must be >= 0"),
             (self.eager_min_words >= 1, "eager_min_words must be >= 1"),
             (self.eager_wait_ms >= 0, "eager_wait_ms must be >= 0"),
             (self.max_segment_chars >= 20, "max_segment_chars must be >= 20"),
@@ -270,9 +296,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                 "engine upstream needs upstream.urls (GATEWAY_UPSTREAM_URLS=http://a:8000,...)",
             ),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise SettingsError(message)
+        _check(checks)
 
     @property
     def data_path(self) -> Path:
@@ -288,43 +312,107 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return table
 
 
+#: engine sections: the ``Settings`` fields typed with a section Struct.
+#: Adding a section is one Struct and one such field.
+SECTIONS: dict[str, type[msgspec.Struct]] = {
+    f.name: f.type
+    for f in msgspec.structs.fields(Settings)
+    if isinstance(f.type, type) and issubclass(f.type, msgspec.Struct)
+}
+
+#: deprecated flat names -> (section, field); they still work, with a warning
+DEPRECATED_ALIASES: dict[str, tuple[str, str]] = {
+    name: ("piper", name)
+    for name in (
+        "voices",
+        "device",
+        "onnx_provider",
+        "deterministic",
+        "chunk_schedule",
+        "acoustic_threads",
+        "vocoder_threads",
+    )
+}
+
+
 def field_names() -> list[str]:
-    """Every setting: top-level names, and ``section.field`` for sections."""
+    """Every setting's name: top-level fields, and ``section.field``."""
     names: list[str] = []
     for name in Settings.__struct_fields__:
-        if name in SECTIONS:
-            names += [f"{name}.{f}" for f in SECTIONS[name].__struct_fields__]
-        else:
+        section = SECTIONS.get(name)
+        if section is None:
             names.append(name)
+        else:
+            names.extend(f"{name}.{f}" for f in section.__struct_fields__)
     return names
 
 
-def _env_fields(
-    struct: type[msgspec.Struct], prefix: str, environ: Mapping[str, str]
-) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for fld in msgspec.structs.fields(struct):
-        if fld.name in SECTIONS and struct is Settings:
-            continue
-        raw = environ.get(prefix + fld.name.upper())
-        if raw is None:
-            continue
-        if "list" in repr(fld.type):
-            values[fld.name] = [item.strip() for item in raw.split(",") if item.strip()]
-        else:
-            values[fld.name] = raw
-    return values
+def env_name(name: str) -> str:
+    """The environment variable of a setting (``piper.device`` ->
+    ``GATEWAY_PIPER_DEVICE``)."""
+    return ENV_PREFIX + name.replace(".", "_").upper()
+
+
+def _env_value(fld: msgspec.structs.FieldInfo, raw: str) -> Any:
+    if "list" in repr(fld.type):
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    return raw
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """Read ``GATEWAY_<FIELD>`` and ``GATEWAY_<SECTION>_<FIELD>`` variables.
-    Lists are comma-separated."""
-    values = _env_fields(Settings, ENV_PREFIX, environ)
+    Lists are comma-separated.  An unknown variable of a section fails."""
+    values: dict[str, Any] = {}
+    for fld in msgspec.structs.fields(Settings):
+        if fld.name in SECTIONS:
+            continue
+        raw = environ.get(ENV_PREFIX + fld.name.upper())
+        if raw is not None:
+            values[fld.name] = _env_value(fld, raw)
     for section, struct in SECTIONS.items():
-        fields = _env_fields(struct, f"{ENV_PREFIX}{section.upper()}_", environ)
-        if fields:
-            values[section] = fields
+        prefix = f"{ENV_PREFIX}{section.upper()}_"
+        fields = {f.name: f for f in msgspec.structs.fields(struct)}
+        found: dict[str, Any] = {}
+        for key, raw in environ.items():
+            if not key.startswith(prefix):
+                continue
+            name = key[len(prefix) :].lower()
+            if name not in fields:
+                known = ", ".join(env_name(f"{section}.{f}") for f in fields)
+                raise SettingsError(f"unknown setting {key}; [{section}] has {known}")
+            found[name] = _env_value(fields[name], raw)
+        if found:
+            values[section] = found
     return values
+
+
+def _merge(into: dict[str, Any], values: Mapping[str, Any]) -> None:
+    """Later sources win field by field, inside sections too."""
+    for key, value in values.items():
+        if key in SECTIONS and isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            into[key] = {**into[key], **value}
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def _resolve_aliases(merged: dict[str, Any], origin: dict[str, str]) -> None:
+    """Move deprecated flat names into their section, with a warning; fail
+    when the section sets the same field too (which one was meant?)."""
+    for old, (section, name) in DEPRECATED_ALIASES.items():
+        if old not in merged:
+            continue
+        value = merged.pop(old)
+        new = f"[{section}] {name} ({env_name(f'{section}.{name}')})"
+        target = merged.setdefault(section, {})
+        if not isinstance(target, dict):
+            continue  # a malformed section: msgspec names it below
+        if name in target:
+            raise SettingsError(
+                f"{origin.get(old, old)} is a deprecated name of {new}, and both are set;"
+                " keep only the new one"
+            )
+        log.warning("setting %s is deprecated; use %s", origin.get(old, old), new)
+        target[name] = value
 
 
 def load_settings(
@@ -334,21 +422,33 @@ def load_settings(
 ) -> Settings:
     """Merge defaults < file < environment < overrides and validate."""
     merged: dict[str, Any] = {}
+    #: where each deprecated flat name came from, for the messages
+    origin: dict[str, str] = {}
     if config_file is not None:
         path = Path(config_file)
         try:
-            merged.update(tomllib.loads(path.read_text(encoding="utf-8")))
+            from_file = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise SettingsError(f"configuration file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"configuration file {path} is not valid TOML: {exc}") from None
-    env_values = _from_env(os.environ if environ is None else environ)
-    for section in SECTIONS:
-        if section in env_values and isinstance(merged.get(section), dict):
-            env_values[section] = {**merged[section], **env_values[section]}
-    merged.update(env_values)
+        origin.update({k: f"{k!r} in {path.name}" for k in from_file if k in DEPRECATED_ALIASES})
+        _merge_layer(merged, from_file, origin)
+    env = os.environ if environ is None else environ
+    flat_env = {
+        old: env[ENV_PREFIX + old.upper()]
+        for old in DEPRECATED_ALIASES
+        if ENV_PREFIX + old.upper() in env
+    }
+    env_values = _from_env(env)
+    for old, raw in flat_env.items():
+        section, name = DEPRECATED_ALIASES[old]
+        fld = next(f for f in msgspec.structs.fields(SECTIONS[section]) if f.name == name)
+        env_values[old] = _env_value(fld, raw)
+        origin[old] = ENV_PREFIX + old.upper()
+    _merge_layer(merged, env_values, origin)
     if overrides:
-        merged.update({k: v for k, v in overrides.items() if v is not None})
+        _merge_layer(merged, {k: v for k, v in overrides.items() if v is not None}, origin)
     try:
         # strict=False lets environment strings become ints, floats and bools
         return msgspec.convert(merged, Settings, strict=False)
@@ -356,3 +456,11 @@ def load_settings(
         raise SettingsError(f"invalid setting: {exc}") from None
     except SettingsError:
         raise
+
+
+def _merge_layer(merged: dict[str, Any], layer: dict[str, Any], origin: dict[str, str]) -> None:
+    """Merge one source over the lower ones: its deprecated flat names are
+    resolved against its own section values first, then override."""
+    layer = dict(layer)
+    _resolve_aliases(layer, origin)
+    _merge(merged, layer)

@@ -1,7 +1,9 @@
 """The audio path of a session: segments in, protocol events and frames out.
 
 An ``AudioStream`` owns a FIFO of segments and one task that speaks them in
-order: it submits each segment to the engine (the next one is submitted
+order: it submits each segment to its utterance's engine stream (one
+``EngineStream`` per utterance, opened at its first segment, cancelled with
+it, closed once its text is complete; the next segment is submitted
 while the current one decodes, so the engine's acoustic stage overlaps the
 vocoder and consecutive segments join without a gap), resamples and frames
 the chunks, and sends ``audio.start`` / ``alignment`` / binary / ``audio.done``
@@ -42,9 +44,11 @@ from gateway.audio.resample import StreamResampler
 from gateway.audio.wav import wav_bytes, wav_header
 from gateway.engines.base import (
     AudioChunk,
+    EngineStream,
+    SegmentRequest,
+    StreamRequest,
     SynthesisError,
     SynthesisJob,
-    SynthesisRequest,
     WordTimings,
 )
 from gateway.errors import ErrorCode
@@ -105,6 +109,9 @@ class AudioStream:
             for segment in dropped:
                 if segment.job is not None:
                     segment.job.cancel()
+        for utterance in utterances:
+            if utterance.engine_stream is not None:
+                utterance.engine_stream.cancel()
 
     def unsent_ms(self) -> float:
         """Decoded but unsent audio of this stream's segments (debug, bound)."""
@@ -115,6 +122,14 @@ class AudioStream:
         return (self.current is not None and self.current.context is context) or any(
             s.context is context for s in self.queue
         )
+
+    def close_if_complete(self, utterance: Utterance) -> None:
+        """Tell the utterance's engine stream that no segment will follow
+        once ``input.done`` arrived and none is queued or being spoken."""
+        stream = utterance.engine_stream
+        done = utterance.done_received and not self.has_work_for_utterance(utterance)
+        if stream is not None and done:
+            stream.close()
 
     def has_next_for(self, utterance: Utterance) -> bool:
         return any(s.utterance is utterance for s in self.queue)
@@ -137,26 +152,34 @@ class AudioStream:
             self.task = None
 
     # -- the task ---------------------------------------------------------
-    def _submit(self, segment: Segment, first: bool) -> None:
+    def _submit(self, segment: Segment) -> None:
         utterance = segment.utterance
         config = utterance.config
         start = utterance.first_audio_at
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
         segment.voice_rate = self.session.engine_voice_rate(config.voice)
-        segment.job = self.session.engine.submit(
-            SynthesisRequest(
-                text=segment.sentence.text,
-                voice=config.voice,
-                speed=config.speed,
-                alignment=True,
-                deadline=deadline,
-                first_in_utterance=first,
-                label=f"{self.session.id}/{segment.context.id or '-'}",
-                # a whole-sentence message needs the whole sentence decoded
-                # before it can be sent, so only streamed audio is budgeted
-                budget=self.session.budget if config.stream_audio else None,
-            )
+        # the stream's first segment opens the utterance: its first chunk
+        # jumps the engine's queue (StreamRequest.first_audio_priority)
+        segment.job = self._engine_stream(segment).submit(
+            SegmentRequest(text=segment.sentence.text, deadline=deadline)
         )
+
+    def _engine_stream(self, segment: Segment) -> EngineStream:
+        utterance = segment.utterance
+        if utterance.engine_stream is None:
+            config = utterance.config
+            utterance.engine_stream = self.session.engine.open_stream(
+                StreamRequest(
+                    voice=config.voice,
+                    speed=config.speed,
+                    alignment=True,
+                    label=f"{self.session.id}/{segment.context.id or '-'}",
+                    # a whole-sentence message needs the whole sentence decoded
+                    # before it can be sent, so only streamed audio is budgeted
+                    budget=self.session.budget if config.stream_audio else None,
+                )
+            )
+        return utterance.engine_stream
 
     def _audio_ahead_s(self, utterance: Utterance) -> float:
         """Seconds of the utterance's audio that play before a segment
@@ -177,8 +200,7 @@ class AudioStream:
         """Submit the next queued segment early, while the session buffer has
         room (its decode would otherwise add to a full buffer)."""
         if self.queue and self.queue[0].job is None and not self.session.budget.full:
-            head = self.queue[0]
-            self._submit(head, first=head.sentence.index == 0)
+            self._submit(self.queue[0])
 
     async def _run(self) -> None:
         try:
@@ -188,7 +210,7 @@ class AudioStream:
                     await self._wake.wait()
                 segment = self.queue.popleft()
                 if segment.job is None:
-                    self._submit(segment, first=segment.sentence.index == 0)
+                    self._submit(segment)
                 self.current = segment
                 self._prefetch()
                 try:
@@ -196,6 +218,7 @@ class AudioStream:
                 finally:
                     self.current = None
                     self._prefetch()  # it may have waited for room
+                self.close_if_complete(segment.utterance)
                 # a cancel that arrived while audio.done was going out
                 await self.session.send_cancel_reports(segment.context, None, 0)
                 await self.session.after_segment(segment.context)

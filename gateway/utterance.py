@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway import protocol
-from gateway.engines.base import WordTiming
+from gateway.engines.base import EngineStream, WordTiming
 from gateway.protocol import EffectiveConfig
 
 
@@ -36,6 +36,9 @@ class Utterance:
     accepted_chars: int = 0
     sentences: list[Sentence] = field(default_factory=list)
     done_received: bool = False  #: ``input.done`` arrived
+    #: the engine's stream for this utterance, opened by the speaker at its
+    #: first segment
+    engine_stream: EngineStream | None = None
     cancelled: bool = False
     unsent_text: str = ""  #: text discarded from the segmenter by a cancel
     sent_ms: float = 0.0  #: audio sent so far

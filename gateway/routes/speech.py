@@ -56,9 +56,10 @@ from gateway.audio.containers import (
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import (
     AudioChunk,
+    SegmentRequest,
+    StreamRequest,
     SynthesisError,
     SynthesisJob,
-    SynthesisRequest,
     VoiceInfo,
 )
 from gateway.errors import ErrorCode, GatewayError
@@ -270,18 +271,18 @@ async def synthesize(
     engine = state.engine
     offset = state.settings.http_deadline_offset_s
 
-    def submit(text: str) -> SynthesisJob:
-        return engine.submit(
-            SynthesisRequest(
-                text=text,
-                voice=plan.voice.name,
-                speed=plan.speed,
-                alignment=False,
-                deadline=time.monotonic() + offset,
-                first_in_utterance=False,  # a WebSocket utterance's first chunk goes first
-                label=label,
-            )
+    stream = engine.open_stream(
+        StreamRequest(
+            voice=plan.voice.name,
+            speed=plan.speed,
+            alignment=False,
+            first_audio_priority=False,  # a WebSocket utterance's first chunk goes first
+            label=label,
         )
+    )
+
+    def submit(text: str) -> SynthesisJob:
+        return stream.submit(SegmentRequest(text=text, deadline=time.monotonic() + offset))
 
     segments = segments_of(plan.text, state)
     resampler = StreamResampler(plan.voice.sample_rate, plan.sample_rate)
@@ -306,8 +307,7 @@ async def synthesize(
     finally:
         # closed early (a disconnect, a cancelled task): stop every job now,
         # not when the garbage collector finalizes their iterators
-        for job in jobs:
-            job.cancel()
+        stream.cancel()
 
 
 async def encoded_audio(

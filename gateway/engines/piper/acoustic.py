@@ -73,7 +73,10 @@ class Encoded:
 
 
 @dataclass(frozen=True)
-class FlowWindow:
+class LatentWindow:
+    """Latent frames ``[start, end)`` that one flow run computes (not the
+    session's flow-control window, ``gateway.flow``)."""
+
     start: int
     end: int
 
@@ -86,18 +89,18 @@ SECOND_FLOW_WINDOW = 96
 
 def plan_flow_windows(
     frames: int, first: int, second: int = SECOND_FLOW_WINDOW
-) -> list[FlowWindow]:
+) -> list[LatentWindow]:
     """The first window covers what the first decode chunk needs, the second
     the next ``second`` frames, one more the rest (each extra window costs
     2 x context of compute; without the middle one the second chunk of a
     long segment waited for the whole remaining flow and played late)."""
     first = max(1, min(frames, first))
-    windows = [FlowWindow(0, first)]
+    windows = [LatentWindow(0, first)]
     middle = min(frames, first + second)
     if first < middle:
-        windows.append(FlowWindow(first, middle))
+        windows.append(LatentWindow(first, middle))
     if middle < frames:
-        windows.append(FlowWindow(middle, frames))
+        windows.append(LatentWindow(middle, frames))
     return windows
 
 
@@ -157,7 +160,7 @@ class AcousticModel:
     def flow_window(
         self,
         encoded: Encoded,
-        window: FlowWindow,
+        window: LatentWindow,
         context: int = FLOW_CONTEXT_FRAMES,
         run_options: ort.RunOptions | None = None,
         light: bool = False,
@@ -177,7 +180,7 @@ class AcousticModel:
         return np.asarray(latent[:, window.start - lo : window.end - lo], dtype=np.float32)
 
     def flow_whole(self, encoded: Encoded) -> np.ndarray:
-        return self.flow_window(encoded, FlowWindow(0, encoded.frames), context=0)
+        return self.flow_window(encoded, LatentWindow(0, encoded.frames), context=0)
 
     def decode_onnx(
         self,
