@@ -13,6 +13,8 @@ from gateway.settings import Settings
 
 ENGINES: dict[str, str] = {
     "piper": "gateway.engines.piper:PiperEngine",
+    # a relay to a pool of OpenAI-compatible speech servers (vllm-omni, ...)
+    "upstream": "gateway.engines.upstream.engine:UpstreamEngine",
     # a tone generator with realistic timing: a load-testing tool, never the default
     "synthetic": "gateway.engines.synthetic:SyntheticEngine",
 }
