@@ -139,6 +139,9 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     cloning: bool = False
     #: send ``language`` with each request (vllm-omni's Qwen3-TTS takes it)
     send_language: bool = False
+    #: send ``sample_rate`` (the voice's native rate) so the upstream does not
+    #: resample (this gateway takes it; OpenAI and vllm-omni do not)
+    send_sample_rate: bool = False
 
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [

@@ -235,6 +235,9 @@ class UpstreamClient:
                 try:
                     if not 200 <= response.status_code < 300:
                         return await _refused(response)
+                    declared = _declared_rate(response)
+                    if declared and self.settings.response_format == "pcm":
+                        await state.handle(Format(declared, 1))
                     async for piece in response.aiter_raw():
                         for event in decoder.push(piece):
                             if isinstance(event, Samples) and state.delivered == 0:
@@ -314,6 +317,13 @@ class _Relay:
 
     def failed(self, kind: str, message: str) -> Attempt:
         return Attempt(Outcome.FAILURE, kind, message, self.delivered)
+
+
+def _declared_rate(response: httpx.Response) -> int:
+    """The rate a headerless PCM body is at, when the upstream says so
+    (``X-Sample-Rate``, as this gateway answers); 0 if it does not."""
+    raw = response.headers.get("x-sample-rate", "")
+    return int(raw) if raw.isdigit() and 1000 <= int(raw) <= 384_000 else 0
 
 
 async def _refused(response: httpx.Response) -> Attempt:

@@ -128,7 +128,7 @@ class UpstreamStream(DeliveryStream):
         voice = self.engine.find_voice(self.request.voice)
         if voice is None:
             raise SynthesisError(f"the upstream has no voice {self.request.voice!r}")
-        body = self.engine.request_body(self.request, voice.name, job.text)
+        body = self.engine.request_body(self.request, voice, job.text)
         loop = asyncio.get_running_loop()
         task = loop.create_task(self._run(job, body, voice.sample_rate), name="upstream-segment")
         self.engine.tasks.add(task)
@@ -312,18 +312,20 @@ class UpstreamEngine(Engine):
 
     # --- requests ---------------------------------------------------------------------------
 
-    def request_body(self, request: StreamRequest, voice: str, text: str) -> dict[str, Any]:
+    def request_body(self, request: StreamRequest, voice: VoiceInfo, text: str) -> dict[str, Any]:
         """The JSON of one segment's ``POST /v1/audio/speech``."""
         config = self.config
         body: dict[str, Any] = {
             "input": text,
-            "voice": voice,
+            "voice": voice.name,
             "stream": True,
             "stream_format": config.stream_format,
             "response_format": config.response_format,
         }
         if config.model:
             body["model"] = config.model
+        if config.send_sample_rate:
+            body["sample_rate"] = voice.sample_rate
         if request.speed != 1.0:
             body["speed"] = request.speed
         if config.instructions and request.instructions:
