@@ -26,6 +26,7 @@ import msgspec
 from gateway import protocol
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import DecodeBudget, Engine, SynthesisJob
+from gateway.engines.capabilities import capabilities_message
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow import FlowWindow
 from gateway.outbound import ConnectionGone, Outbound
@@ -161,6 +162,7 @@ class Session:
             ],
             defaults=self.config,
             limits=self.limits(),
+            capabilities=capabilities_message(self.engine.capabilities),
         )
 
     def engine_voice_rate(self, voice: str) -> int:

@@ -56,7 +56,7 @@ def _chunks_decoded(session: Session) -> int:
     for stream in session._streams():
         for seg in [stream.current, *stream.queue]:
             if seg is not None and seg.job is not None:
-                total += seg.job.stats.chunks_decoded
+                total += seg.job.stats.chunks
     return total
 
 

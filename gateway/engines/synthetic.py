@@ -26,6 +26,7 @@ from gateway.engines.base import (
     Engine,
     EngineStream,
     StreamRequest,
+    SynthesisError,
     VoiceInfo,
     WordTiming,
     WordTimings,
@@ -73,7 +74,13 @@ class ToneWork(ChunkedWork):
 
 
 class ToneStream(DeliveryStream):
+    def __init__(self, request: StreamRequest, engine: SyntheticEngine) -> None:
+        super().__init__(request, engine._live)
+        self._engine = engine
+
     def start(self, job: DeliveredJob) -> None:
+        if self._engine.find_voice(self.request.voice) is None:
+            raise SynthesisError(f"unknown voice {self.request.voice!r}")
         pump(job, ToneWork(job.text, self.request.speed))
 
 
@@ -114,7 +121,7 @@ class SyntheticEngine(Engine):
         )
 
     def open_stream(self, request: StreamRequest) -> EngineStream:
-        return ToneStream(request, self._live)
+        return ToneStream(request, self)
 
     def live_jobs(self) -> int:
         return len(self._live)
