@@ -141,7 +141,9 @@ class UpstreamClient:
             limits=httpx.Limits(
                 max_connections=len(self.bases) * (settings.max_per_replica + 2),
                 max_keepalive_connections=len(self.bases) * settings.max_per_replica,
-                keepalive_expiry=30.0,
+                # under uvicorn's 5 s keep-alive (vllm-omni and this gateway
+                # serve with it), so an idle connection is dropped here first
+                keepalive_expiry=4.0,
             ),
             transport=transport,
             follow_redirects=False,
