@@ -133,6 +133,21 @@ async def test_relayed_audio_is_the_upstreams_own(replicas: list[ServeProcess]) 
         assert "@" not in metrics.split("gateway_upstream")[1]  # no credentials in labels
 
 
+@pytest.mark.parametrize(
+    ("stream_format", "response_format"),
+    [("audio", "wav"), ("sse", "pcm"), ("sse", "wav")],
+)
+async def test_every_body_shape_relays_the_same_audio(
+    replicas: list[ServeProcess], stream_format: str, response_format: str
+) -> None:
+    shape = {"stream_format": stream_format, "response_format": response_format}
+    with front([replicas[0].base], **PASSIVE, **shape) as gw:
+        direct = await speech(replicas[0].base, TWO)
+        relayed = await speech(gw.http, TWO)
+        assert relayed.status_code == 200
+        assert_same_audio(relayed.content, direct.content)
+
+
 async def test_failover_before_the_first_byte(replicas: list[ServeProcess]) -> None:
     with proxies(replicas[0]) as (bad,):
         bad.faults = Faults(reset=True)

@@ -242,7 +242,8 @@ class UpstreamClient:
                         await state.handle(Format(declared, 1))
                     async for piece in response.aiter_raw():
                         for event in decoder.push(piece):
-                            if isinstance(event, Samples) and state.delivered == 0:
+                            if isinstance(event, Samples) and not state.audio_seen:
+                                state.audio_seen = True
                                 first_byte.reschedule(None)  # audio flows: no deadline
                                 self.ttfb[index].observe(self.clock() - sent)
                             if not await state.handle(event):
@@ -282,6 +283,7 @@ class _Relay:
         self.rate = rate
         self.sink = sink
         self.delivered = 0.0
+        self.audio_seen = False  #: the body's first samples arrived
         self.failure: UpstreamFailure | None = None
         self._resampler: StreamResampler | None = None
 
