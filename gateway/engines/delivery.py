@@ -350,9 +350,8 @@ class DeliveryStream(EngineStream):
 
     def cancel(self) -> None:
         self._cancelled = True
-        for job in self._jobs:
+        for job in list(self._jobs):  # a copy: safe from another thread
             job.cancel()
-        self._jobs.clear()
 
     def close(self) -> None:
         self._closed = True
