@@ -148,6 +148,42 @@ async def test_every_body_shape_relays_the_same_audio(
         assert_same_audio(relayed.content, direct.content)
 
 
+async def test_a_real_voice_relayed(piper_server: RunningServer) -> None:
+    """Piper behind the relay: the words the listener gets are the replica's."""
+    with front([piper_server.http]) as gw:  # voices and rate from its listing
+        body = {"voice": "joe", "sample_rate": 22050}
+        direct = await speech(piper_server.http, SENTENCE, **body)
+        relayed = await speech(gw.http, SENTENCE, **body)
+        assert relayed.status_code == 200
+        assert_same_audio(relayed.content, direct.content)
+        assert engine_of(gw).default_voice().name == "joe"
+
+
+async def test_the_next_segment_is_prefetched_while_one_plays(
+    replicas: list[ServeProcess],
+) -> None:
+    with front([replicas[0].base], **PASSIVE) as gw:
+        pool = engine_of(gw).client.pool
+        most = 0
+
+        async def watch() -> None:
+            nonlocal most
+            while True:
+                most = max(most, pool.replicas[0].outstanding)
+                await asyncio.sleep(0.001)
+
+        watcher = asyncio.create_task(watch())
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", split_granularity="sentence", **STREAM)
+            await send(ws, type="input.text", text=f"{TWO} {SENTENCE}")
+            await send(ws, type="input.done")
+            t = await recv_until(ws, Transcript())
+        watcher.cancel()
+        assert len(t.of("audio.done")) == 3 and not t.of("error")
+        assert most >= 2  # segment n+1 was requested while n was streaming
+
+
 async def test_failover_before_the_first_byte(replicas: list[ServeProcess]) -> None:
     with proxies(replicas[0]) as (bad,):
         bad.faults = Faults(reset=True)
