@@ -226,6 +226,45 @@ async def test_partial_audio_fails_the_segment_and_is_never_retried(
                 assert not t2.of("error") and t2.binary
 
 
+async def test_a_refused_request_fails_alone_without_retry_or_ejection(
+    replicas: list[ServeProcess],
+) -> None:
+    """A 4xx that is the request's fault (a voice the replicas do not have)."""
+    with (
+        proxies(*replicas) as (first, second),
+        front([first.url, second.url], **{**PASSIVE, "voices": ["tone", "ghost"]}) as gw,
+    ):
+        for _ in range(4):
+            refused = await speech(gw.http, "Hello there.", voice="ghost")
+            assert refused.status_code >= 400
+            assert "refused" in refused.text or "ghost" in refused.text
+        pool = engine_of(gw).client.pool
+        assert sum(r.requests for r in pool.replicas) == 4  # one attempt each, no retry
+        assert all(r.state is ReplicaState.READY for r in pool.replicas)
+        assert (await speech(gw.http, "Hello there.")).status_code == 200
+
+
+async def test_a_full_replica_is_skipped_never_ejected(
+    replicas: list[ServeProcess], tmp_path: Path
+) -> None:
+    """503 ``busy`` from a real replica whose one HTTP slot is taken."""
+    with (
+        serve_process(tmp_path, engine="synthetic", max_http_streams=1) as small,
+        front([small.base, replicas[1].base], **PASSIVE) as gw,
+    ):
+        body = {"input": LONG * 3, "voice": "tone", "response_format": "pcm"}
+        async with (
+            httpx.AsyncClient(timeout=30) as hog,
+            hog.stream("POST", small.base + "/v1/audio/speech", json=body) as held,
+        ):
+            assert held.status_code == 200  # its one slot, held: we do not read
+            for _ in range(5):
+                assert (await speech(gw.http, "Hello there.")).status_code == 200
+            full = engine_of(gw).client.pool.replicas[0]
+            assert full.failures.get("http_503", 0) >= 1
+            assert full.state is ReplicaState.READY and full.ejections == 0
+
+
 async def test_ejection_and_return_of_a_dead_replica(replicas: list[ServeProcess]) -> None:
     with (
         proxies(replicas[0]) as (dying,),
