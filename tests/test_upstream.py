@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -354,6 +355,22 @@ async def test_a_slow_upstream_never_blocks_other_sessions(replicas: list[ServeP
             assert other_audio < stuck_audio  # it did not wait behind the slow one
             assert stuck_audio - stuck_start >= 2.9  # which really was slow
             assert len(fast.connections) >= 1
+
+
+async def test_credentials_never_reach_logs_or_metrics(
+    replicas: list[ServeProcess], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret_url = f"http://user:s3cr3t@127.0.0.1:{replicas[0].port}"
+    dead = "http://user:s3cr3t@127.0.0.1:9"  # nothing listens: failures get logged
+    with front([secret_url, dead], api_key="k3y-s3cr3t") as gw:
+        assert (await speech(gw.http, "Hello there.")).status_code == 200
+        await asyncio.sleep(0.5)  # a few probe rounds, the dead one failing
+        metrics = (await get(gw.http + "/metrics")).text
+    assert "gateway_upstream_requests_total" in metrics
+    assert "upstream replica http://127.0.0.1:9 is unready" in caplog.text  # logs were seen
+    for text in (metrics, caplog.text):
+        assert "s3cr3t" not in text and "user:" not in text
 
 
 def test_settings_from_the_environment(tmp_path: Path) -> None:
