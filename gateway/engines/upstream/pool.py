@@ -20,9 +20,10 @@ States of a replica:
 Outcomes (``Outcome``), in the spirit of LiteLLM's router:
 
 * ``ok``: audio arrived; the failure count resets.
-* ``full``: HTTP 429, or 503 (vllm-omni and this gateway answer ``busy``
-  with it): the replica is full, not broken; the request tries another
-  replica and the replica is never ejected for it.
+* ``full``: HTTP 429, or 503 (this gateway answers ``busy`` with 503, as
+  servers and load balancers commonly do when full): the replica is full,
+  not broken; the request tries another replica and the replica is never
+  ejected for it.
 * ``client_error``: any other 4xx (a bad voice, a bad key...): the request
   itself is wrong; never ejects, never retried elsewhere.
 * ``failure``: connection refused or reset, timeout, 408, 5xx other than 503,

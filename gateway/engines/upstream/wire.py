@@ -18,10 +18,12 @@ inside the WAV header, inside an SSE line or its base64):
   ``{"type": "speech.audio.delta", "audio": "<base64>"}`` (OpenAI, vllm-omni;
   some servers use the older field name ``delta`` instead of ``audio``), then
   ``{"type": "speech.audio.done", ...}``; on a failure
-  ``{"type": "speech.audio.error", "error": {"message": ...}}``, possibly with
-  ``"partial_audio": true`` when audio was already sent (vllm-omni), or this
-  gateway's ``{"type": "error", "error": {...}}``.  ``data: [DONE]`` is
-  accepted as an end marker.  The base64 payloads concatenated are a PCM or
+  ``{"type": "speech.audio.error", "error": {"message": ...}}`` (vllm-omni's
+  documented shape), read with a ``"partial_audio": true`` flag when present
+  (vllm-omni's streaming error messages carry one when audio was already
+  sent; its HTTP documentation does not show it), or this gateway's
+  ``{"type": "error", "error": {...}}``.  ``data: [DONE]`` is accepted as
+  an end marker.  The base64 payloads concatenated are a PCM or
   WAV byte stream decoded as above.
 
 ``ResponseDecoder.push`` takes bytes as they arrive and returns events;
