@@ -266,13 +266,16 @@ class UpstreamEngine(Engine):
 
     @property
     def capabilities(self) -> Capabilities:
-        rates = tuple(sorted({v.sample_rate for v in self.voices()}))
+        voices = self.voices()
+        rates = tuple(sorted({v.sample_rate for v in voices}))
+        # the configured languages, then any a replica's listing names
+        languages = dict.fromkeys([*self.config.languages, *(v.language for v in voices)])
         return Capabilities(
             sample_rates=rates,
             alignment=False,
             cloning=self.config.cloning,
             instructions=self.config.instructions,
-            languages=tuple(self.config.languages),
+            languages=tuple(languages),
             max_concurrency=len(self.config.urls) * self.config.max_per_replica,
             typical_first_chunk_s=0.3,
         )
