@@ -303,7 +303,13 @@ class Session:
                 names[field_name] = voice.name
         if names:
             message = msgspec.structs.replace(message, **names)
-        new = apply_config(self.config, message, self.engine.voices(), self.engine.name)
+        new = apply_config(
+            self.config,
+            message,
+            self.engine.voices(),
+            self.engine.name,
+            self.engine.model_names(),
+        )
         if self.busy() and (new.framing != self.config.framing):
             raise GatewayError(
                 ErrorCode.INVALID_STATE,

@@ -116,6 +116,7 @@ def apply_config(
     msg: SessionConfig,
     voices: Sequence[VoiceInfo],
     engine_name: str,
+    model_names: Sequence[str] = (),
 ) -> EffectiveConfig:
     """Return the config in force after ``msg``, or raise ``GatewayError``."""
     _check_vllm_fields(msg)
@@ -155,8 +156,9 @@ def apply_config(
         changes["language"] = voice.language
     if _given(msg.model):
         assert isinstance(msg.model, str)
-        if msg.model not in MODEL_ALIASES and msg.model != engine_name:
-            known = ", ".join(sorted(MODEL_ALIASES | {engine_name}))
+        accepted = MODEL_ALIASES | {engine_name, *model_names}
+        if msg.model not in accepted:
+            known = ", ".join(sorted(accepted))
             raise GatewayError(
                 ErrorCode.INVALID_CONFIG,
                 f"unknown model {msg.model!r}; this server runs {engine_name!r} (also: {known})",

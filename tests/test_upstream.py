@@ -185,6 +185,21 @@ async def test_the_next_segment_is_prefetched_while_one_plays(
         assert most >= 2  # segment n+1 was requested while n was streaming
 
 
+async def test_the_upstream_model_name_is_accepted(replicas: list[ServeProcess]) -> None:
+    # the replica's own model name (this gateway accepts its engine's name)
+    with front([replicas[0].base], **PASSIVE, model="synthetic") as gw:
+        assert (await speech(gw.http, "Hello there.", model="synthetic")).status_code == 200
+        assert (await speech(gw.http, "Hello there.", model="tts-1")).status_code == 200
+        assert (await speech(gw.http, "Hello there.", model="nonesuch")).status_code == 400
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", model="synthetic", **STREAM)
+            await send(ws, type="input.text", text="Hello there.")
+            await send(ws, type="input.done")
+            t = await recv_until(ws, Transcript())
+        assert not t.of("error") and t.binary
+
+
 async def test_failover_before_the_first_byte(replicas: list[ServeProcess]) -> None:
     with proxies(replicas[0]) as (bad,):
         bad.faults = Faults(reset=True)

@@ -200,8 +200,9 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
             "batch items are returned whole: leave out stream and stream_format", "stream"
         )
     mode = response_mode(body)
-    if body.model is not None and body.model not in MODEL_ALIASES and body.model != engine.name:
-        known = ", ".join(sorted(MODEL_ALIASES | {engine.name}))
+    accepted = MODEL_ALIASES | {engine.name, *engine.model_names()}
+    if body.model is not None and body.model not in accepted:
+        known = ", ".join(sorted(accepted))
         raise _invalid(f"unknown model {body.model!r}; use one of {known}", "model")
     text = body.input
     if not text.strip():

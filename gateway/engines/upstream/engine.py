@@ -205,6 +205,9 @@ class UpstreamEngine(Engine):
         """At least one replica is routable (``/readyz``)."""
         return self.client.pool.ready(self.client.clock())
 
+    def model_names(self) -> Sequence[str]:
+        return (self.config.model,) if self.config.model else ()
+
     def collectors(self) -> Sequence[Collector]:
         from gateway.engines.upstream.metrics import PoolCollector
 
