@@ -160,6 +160,22 @@ async def test_a_real_voice_relayed(piper_server: RunningServer) -> None:
         assert engine_of(gw).default_voice().name == "joe"
 
 
+async def test_voices_are_merged_and_routed_to_the_replicas_holding_them(
+    piper_server: RunningServer, replicas: list[ServeProcess]
+) -> None:
+    """A voice only some replicas list goes to those (uploaded voices live
+    per server on vllm-omni); here Piper's ``joe`` and the synthetic ``tone``."""
+    with front([piper_server.http, replicas[0].base]) as gw:
+        listed = (await get(gw.http + "/v1/audio/voices")).json()["voices"]
+        assert {"joe", "tone"} <= set(listed)
+        for voice in ("joe", "tone", "joe", "tone", "joe", "tone"):
+            response = await speech(gw.http, "Hello there.", voice=voice)
+            assert response.status_code == 200, response.text
+        pool = engine_of(gw).client.pool
+        assert [r.requests for r in pool.replicas] == [3, 3]
+        assert all(not r.failures for r in pool.replicas)
+
+
 async def test_the_next_segment_is_prefetched_while_one_plays(
     replicas: list[ServeProcess],
 ) -> None:
