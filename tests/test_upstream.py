@@ -300,7 +300,7 @@ async def test_a_full_replica_is_skipped_never_ejected(
 async def test_ejection_and_return_of_a_dead_replica(replicas: list[ServeProcess]) -> None:
     with (
         proxies(replicas[0]) as (dying,),
-        front([dying.url, replicas[1].base], **PASSIVE) as gw,
+        front([dying.url, replicas[1].base], **PASSIVE, cooldown_s=3.0) as gw,
     ):
         pool = engine_of(gw).client.pool
         dying.refuse()
@@ -313,7 +313,7 @@ async def test_ejection_and_return_of_a_dead_replica(replicas: list[ServeProcess
         assert f'replica="{dying.url}",state="ejected"}} 1.0' in metrics
         assert (await get(gw.http + "/readyz")).status_code == 200  # the other one serves
         dying.resume()
-        await asyncio.sleep(1.1)  # the cool-down
+        await asyncio.sleep(3.1)  # the cool-down: 3 s, so a loaded machine still saw "ejected"
         for _ in range(4):
             assert (await speech(gw.http, "Hello there.")).status_code == 200
         assert dead.requests > 3 and dead.state is ReplicaState.READY
