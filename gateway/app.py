@@ -45,9 +45,15 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     state: GatewayState = request.app.state.gateway
-    if state.ready and not state.shutting_down:
+    if state.ready and not state.shutting_down and state.engine.ready():
         return JSONResponse({"status": "ready", "engine": state.engine.name})
-    status = "shutting_down" if state.shutting_down else "starting"
+    status = (
+        "shutting_down"
+        if state.shutting_down
+        else "engine_unavailable"  # e.g. no upstream replica is healthy
+        if state.ready
+        else "starting"
+    )
     return JSONResponse({"status": status}, status_code=503)
 
 
@@ -64,6 +70,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     the_engine = engine if engine is not None else create_engine(settings)
     state = GatewayState(settings=settings, engine=the_engine, metrics=Metrics())
     state.metrics.track_engine(the_engine.queue_depth, the_engine.live_jobs)
+    for collector in the_engine.collectors():
+        state.metrics.registry.register(collector)  # type: ignore[arg-type]
     voice_store = VoiceStore(settings.data_path)
 
     @contextlib.asynccontextmanager

@@ -270,7 +270,8 @@ class Session:
 
     def _on_config(self, message: protocol.SessionConfig) -> list[Action]:
         """``message`` has its voice names resolved (``VoiceDesk.resolve_config_voices``)."""
-        new = apply_config(self.config, message, self.engine.voices(), self.engine.name)
+        engine = self.engine
+        new = apply_config(self.config, message, engine.voices(), engine.name, engine.model_names())
         if self.busy() and (new.framing != self.config.framing):
             raise GatewayError(
                 ErrorCode.INVALID_STATE,

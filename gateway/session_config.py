@@ -115,6 +115,7 @@ def apply_config(
     msg: SessionConfig,
     voices: Sequence[VoiceInfo],
     engine_name: str,
+    model_names: Sequence[str] = (),
 ) -> EffectiveConfig:
     """Return the config in force after ``msg``, or raise ``GatewayError``."""
     _check_vllm_fields(msg, engine_name)
@@ -146,7 +147,7 @@ def apply_config(
         changes["language"] = check_language(msg.language, voice)
     if _given(msg.model):
         assert isinstance(msg.model, str)
-        check_model(msg.model, engine_name)
+        check_model(msg.model, engine_name, model_names)
     # the decoder already holds these to the protocol's bounds; a message
     # built in code goes through the same check
     if isinstance(msg.speed, float | int) and not isinstance(msg.speed, bool):

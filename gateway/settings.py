@@ -25,6 +25,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
@@ -102,6 +103,112 @@ def _check(checks: list[tuple[bool, str]]) -> None:
             raise SettingsError(message)
 
 
+class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[upstream]``: the ``upstream`` engine's pool of OpenAI-compatible
+    speech servers (``docs/engine.md``, ``docs/deployment.md``)."""
+
+    #: base URLs of the replicas (``http://host:8000``), one model per pool
+    urls: list[str] = []
+    #: sent as ``Authorization: Bearer``; never logged
+    api_key: str = ""
+    #: the upstream's model name, sent as ``model`` ("" leaves it out)
+    model: str = ""
+    #: the upstream's output rate in Hz; 0: read from a WAV header at start
+    native_rate: int = 0
+    response_format: Literal["pcm", "wav"] = "pcm"
+    stream_format: Literal["audio", "sse"] = "audio"
+    #: liveness probe path ("" turns active probes off: passive ejection only)
+    health_path: str = "/health"
+    #: readiness: the first of these answering 2xx makes a replica ready
+    ready_paths: list[str] = msgspec.field(
+        default_factory=lambda: ["/v1/models", "/v1/audio/voices"]
+    )
+    probe_interval_s: float = 2.0
+    probe_timeout_s: float = 2.0
+    connect_timeout_s: float = 2.0
+    #: request sent to first audio byte, per attempt
+    first_byte_timeout_s: float = 10.0
+    #: longest silence between two pieces of a body
+    read_timeout_s: float = 10.0
+    #: requests (prefetched ones included) one replica serves at once
+    max_per_replica: int = 8
+    #: replicas tried for one segment before its first audio byte
+    max_attempts: int = 3
+    #: how long a segment waits for a replica below its cap
+    queue_timeout_s: float = 5.0
+    failure_threshold: int = 3
+    cooldown_s: float = 5.0
+    #: voices to list when the upstream has no ``GET /v1/audio/voices`` (OpenAI)
+    voices: list[str] = []
+    #: BCP-47 tags the upstream's voices speak (first: its voices' language)
+    languages: list[str] = msgspec.field(default_factory=lambda: ["en-US"])
+    #: the upstream honours ``instructions`` (passed through when set)
+    instructions: bool = False
+    #: the upstream clones from ``ref_audio``/``ref_text`` (passed through)
+    cloning: bool = False
+    #: send ``language`` with each request (vllm-omni's Qwen3-TTS takes it)
+    send_language: bool = False
+    #: send ``sample_rate`` (the voice's native rate) so the upstream does not
+    #: resample (this gateway takes it; OpenAI and vllm-omni do not)
+    send_sample_rate: bool = False
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[bool, str]] = [
+            (
+                self.native_rate == 0 or 8000 <= self.native_rate <= 192_000,
+                "upstream.native_rate must be 0 or 8000 to 192000",
+            ),
+            (
+                not self.health_path or self.health_path.startswith("/"),
+                "upstream.health_path must start with / (or be empty)",
+            ),
+            (
+                all(p.startswith("/") for p in self.ready_paths),
+                "upstream.ready_paths must start with /",
+            ),
+            (self.probe_interval_s > 0, "upstream.probe_interval_s must be > 0"),
+            (self.probe_timeout_s > 0, "upstream.probe_timeout_s must be > 0"),
+            (self.connect_timeout_s > 0, "upstream.connect_timeout_s must be > 0"),
+            (self.first_byte_timeout_s > 0, "upstream.first_byte_timeout_s must be > 0"),
+            (self.read_timeout_s > 0, "upstream.read_timeout_s must be > 0"),
+            (self.max_per_replica >= 1, "upstream.max_per_replica must be >= 1"),
+            (self.max_attempts >= 1, "upstream.max_attempts must be >= 1"),
+            (self.queue_timeout_s >= 0, "upstream.queue_timeout_s must be >= 0"),
+            (self.failure_threshold >= 1, "upstream.failure_threshold must be >= 1"),
+            (self.cooldown_s >= 0, "upstream.cooldown_s must be >= 0"),
+            (bool(self.languages), "upstream.languages must not be empty"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise SettingsError(message)
+        for url in self.urls:
+            check_url(url)
+
+
+def check_url(url: str) -> None:
+    """An upstream base URL: http(s), a host, no query; the message never
+    repeats credentials."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+        raise SettingsError(
+            f"upstream.urls: {redact_url(url)!r} is not an http(s)://host[:port][/path] URL"
+        )
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user, password, query or fragment (logs, metric labels)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host + (f":{port}" if port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
 class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # --- server -------------------------------------------------------------
     host: str = "127.0.0.1"
@@ -135,6 +242,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     engine: str = "piper"
     # --- engine sections: one Struct-typed field each (see ``SECTIONS``) -----
     piper: PiperSettings = msgspec.field(default_factory=PiperSettings)
+    #: ``[upstream]``: the ``upstream`` engine's replica pool
+    upstream: UpstreamSettings = msgspec.field(default_factory=UpstreamSettings)
     # --- sessions -----------------------------------------------------------
     #: ``auto`` segmentation (docs/segmentation.md): words of a steady stream
     #: before the first segment of an utterance may be cut at a word boundary
@@ -225,6 +334,10 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                 "max_http_requests_per_client must be >= 1",
             ),
             (self.max_form_parts >= 2, "max_form_parts must be >= 2"),
+            (
+                self.engine != "upstream" or bool(self.upstream.urls),
+                "engine upstream needs upstream.urls (GATEWAY_UPSTREAM_URLS=http://a:8000,...)",
+            ),
         ]
         _check(checks)
 

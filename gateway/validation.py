@@ -14,6 +14,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -42,10 +43,12 @@ def _invalid(message: str, param: str) -> GatewayError:
     return GatewayError(ErrorCode.INVALID_CONFIG, message, param=param)
 
 
-def check_model(model: str, engine_name: str) -> None:
-    """``model`` must name this server's engine or one of its aliases."""
-    if model not in MODEL_ALIASES and model != engine_name:
-        known = ", ".join(sorted(MODEL_ALIASES | {engine_name}))
+def check_model(model: str, engine_name: str, model_names: Sequence[str] = ()) -> None:
+    """``model`` must name this server's engine, one of its aliases, or a
+    model the engine serves (``Engine.model_names``: an upstream's model)."""
+    accepted = MODEL_ALIASES | {engine_name, *model_names}
+    if model not in accepted:
+        known = ", ".join(sorted(accepted))
         raise _invalid(
             f"unknown model {model!r}; this server runs {engine_name!r} (also: {known})", "model"
         )

@@ -13,12 +13,13 @@ import asyncio
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import uvicorn
 
 from gateway.app import create_app
@@ -123,6 +124,38 @@ def piper_engine() -> Iterator[Engine]:
 @pytest.fixture(scope="session")
 def synthetic_engine() -> Engine:
     return _start_engine(test_settings(engine="synthetic"))
+
+
+@pytest.fixture(scope="session")
+def upstream_replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real ``python -m gateway serve`` process (synthetic engine): the
+    upstream of the ``upstream`` engine in engine-level tests."""
+    from tests.helpers import serve_process
+
+    with serve_process(tmp_path_factory.mktemp("upstream-replica"), engine="synthetic") as proc:
+        yield proc
+
+
+def upstream_settings(*urls: str, **upstream: Any) -> Settings:
+    config = {
+        "urls": list(urls),
+        "health_path": "/healthz",
+        "ready_paths": ["/v1/audio/voices"],
+        "probe_interval_s": 0.5,
+        "send_sample_rate": True,  # the replica's own rate: nothing resampled twice
+        **upstream,
+    }
+    return test_settings(engine="upstream", upstream=config)
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def upstream_engine(upstream_replica: Any) -> AsyncIterator[Engine]:
+    """The ``upstream`` engine in front of ``upstream_replica``, started in
+    the test's own event loop (its HTTP connections belong to that loop)."""
+    engine = create_engine(upstream_settings(upstream_replica.base))
+    await engine.start()
+    yield engine
+    await engine.aclose()
 
 
 @pytest.fixture(scope="session")

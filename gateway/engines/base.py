@@ -294,6 +294,21 @@ class Engine(abc.ABC):
                 return voice
         return None
 
+    def ready(self) -> bool:
+        """Able to serve now (``/readyz``, after ``start``).  An engine of
+        remote servers says whether one is reachable; a local one always is."""
+        return True
+
+    def model_names(self) -> Sequence[str]:
+        """Names clients may give as ``model`` besides the engine's own and
+        OpenAI's (the upstream engine: its upstream's model)."""
+        return ()
+
+    def collectors(self) -> Sequence[object]:
+        """Prometheus collectors of the engine's own figures; the app
+        registers them on its registry (none by default)."""
+        return ()
+
     def live_jobs(self) -> int:
         """Jobs submitted and not yet finished or cancelled (debug gauge)."""
         return 0

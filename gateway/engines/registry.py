@@ -25,6 +25,8 @@ ENTRY_POINT_GROUP = "voice_gateway.engines"
 
 ENGINES: dict[str, str] = {
     "piper": "gateway.engines.piper:PiperEngine",
+    # a relay to a pool of OpenAI-compatible speech servers (vllm-omni, ...)
+    "upstream": "gateway.engines.upstream.engine:UpstreamEngine",
     # a tone generator with realistic timing: a load-testing tool, never the default
     "synthetic": "gateway.engines.synthetic:SyntheticEngine",
 }

@@ -57,7 +57,8 @@ class DecodeBudget:
                 self._held.pop(id(holder), None)
             else:
                 self._held[id(holder)] = held - given
-            self._used = max(0.0, self._used - given)
+            # nothing held: exactly 0, not the float residue of many sums
+            self._used = max(0.0, self._used - given) if self._held else 0.0
             waiters, self._waiters = self._waiters, []
         for wake in waiters:
             wake()

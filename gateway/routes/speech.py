@@ -169,7 +169,7 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         )
     mode = response_mode(body)
     if body.model is not None:
-        check_model(body.model, engine.name)
+        check_model(body.model, engine.name, engine.model_names())
     text = body.input
     if not text.strip():
         raise _invalid("`input` is empty", "input")

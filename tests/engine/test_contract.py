@@ -41,7 +41,11 @@ LONG = " ".join([SENTENCE] * 3)
 MARKER = "Xylofailo"
 
 #: engines whose session fixture in conftest already holds a started engine
-ENGINE_FIXTURES = {"piper": "piper_engine", "synthetic": "synthetic_engine"}
+ENGINE_FIXTURES = {
+    "piper": "piper_engine",
+    "synthetic": "synthetic_engine",
+    "upstream": "upstream_engine",  # a real replica process behind it
+}
 #: settings an engine needs to start in the tests (section fields included)
 ENGINE_SETTINGS: dict[str, dict[str, Any]] = {}
 
@@ -74,10 +78,27 @@ def _fail_synthetic(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ToneWork, "decode", failing)
 
 
+def _fail_upstream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request for the marked segment names a voice the replica does not
+    have: the real upstream refuses it (a 4xx), and only that segment fails."""
+    from gateway.engines.upstream.engine import UpstreamEngine
+
+    request_body = UpstreamEngine.request_body
+
+    def failing(self: UpstreamEngine, *args: Any) -> dict[str, Any]:
+        body = request_body(self, *args)
+        if MARKER in body["input"]:
+            body["voice"] = "no-such-voice-upstream"
+        return body
+
+    monkeypatch.setattr(UpstreamEngine, "request_body", failing)
+
+
 #: how to make a segment containing ``MARKER`` fail inside each engine
 FAILURE_HOOKS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "piper": _fail_piper,
     "synthetic": _fail_synthetic,
+    "upstream": _fail_upstream,
 }
 
 _started: dict[str, Engine] = {}

@@ -1,0 +1,347 @@
+"""HTTP to the replicas: one streamed ``POST /v1/audio/speech`` per segment,
+with failover before the first audio byte.
+
+What this module is for: the I/O around the pure parts.  ``pool.Pool``
+decides where a request goes and what an outcome means; ``wire`` decodes the
+body; this module sends requests with one shared ``httpx.AsyncClient``
+(HTTP/1.1 keep-alive connections, pooled per replica), reports outcomes and
+times to the pool, and hands decoded audio to a ``Sink`` (the engine's job).
+
+Rules:
+
+* A segment's request is retried on another replica only while no audio of
+  it reached the sink: connection refused/reset, a timeout before the first
+  audio byte, 408/5xx (a failure), 429/503 (the replica is full), a body that
+  ended or failed before any audio.  A 4xx that is the request's own fault
+  fails the segment at once, with the upstream's message.
+* After the first audio byte, any failure (a cut body, an SSE error event, a
+  read timeout) fails the segment with ``PartialAudioError``: the listener
+  has heard part of it, and repeating it elsewhere would speak it twice.
+* Cancel is task cancellation: the ``CancelledError`` reaches the read in
+  progress and closing the response closes its connection (a partly read
+  response is never returned to the keep-alive pool), so the upstream sees
+  the disconnect at once and stops generating.
+* The sink's ``room`` is awaited before each chunk is delivered: while the
+  session's budget is full the body is not read, so TCP flow control holds
+  the upstream back rather than a buffer here.
+
+Errors never carry the replica's URL with credentials, an API key or a
+traceback: ``pool.Replica.name`` is the redacted URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+from gateway.audio.resample import StreamResampler
+from gateway.engines.base import SynthesisError
+from gateway.engines.upstream.pool import Outcome, Pool, PoolPolicy, classify_status
+from gateway.engines.upstream.wire import (
+    Format,
+    ResponseDecoder,
+    Samples,
+    UpstreamFailure,
+    WireError,
+)
+from gateway.settings import UpstreamSettings, redact_url
+
+log = logging.getLogger(__name__)
+
+#: bytes of an error body read for its message
+_ERROR_BODY_BYTES = 4096
+#: time-to-first-byte histogram buckets (seconds)
+TTFB_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+
+
+class PartialAudioError(SynthesisError):
+    """The upstream failed after part of the segment's audio was delivered."""
+
+
+class Sink(Protocol):
+    """Where a segment's audio goes (the engine's job)."""
+
+    async def room(self, seconds: float) -> bool:
+        """Wait until ``seconds`` of audio may be delivered; False: stop."""
+
+    def deliver(self, samples: npt.NDArray[np.float32]) -> bool:
+        """Hand over audio at the segment's rate; False: stop."""
+
+
+@dataclass
+class Histogram:
+    buckets: tuple[float, ...] = TTFB_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * len(TTFB_BUCKETS))
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+
+
+@dataclass
+class Attempt:
+    """How one request to one replica went."""
+
+    outcome: Outcome
+    kind: str  #: failure kind for metrics (``connect``, ``timeout``, ``http_503``...)
+    message: str = ""
+    delivered: float = 0.0  #: seconds of audio delivered to the sink
+    stopped: bool = False  #: the sink asked to stop (cancel)
+
+
+class UpstreamClient:
+    """The pool, its HTTP client and the per-replica figures."""
+
+    def __init__(
+        self,
+        settings: UpstreamSettings,
+        clock: Callable[[], float] = time.monotonic,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.bases = [url.rstrip("/") for url in settings.urls]
+        policy = PoolPolicy(
+            failure_threshold=settings.failure_threshold,
+            cooldown_s=settings.cooldown_s,
+            max_per_replica=settings.max_per_replica,
+            probing=bool(settings.health_path or settings.ready_paths),
+        )
+        self.pool = Pool([redact_url(u) for u in settings.urls], policy)
+        self.ttfb = [Histogram() for _ in self.bases]
+        #: voices each replica listed (None: unknown), from the readiness probe
+        self.replica_voices: list[frozenset[str] | None] = [None] * len(self.bases)
+        # identity: the audio body is decoded from the raw bytes as they come
+        headers = {"Accept-Encoding": "identity"}
+        if settings.api_key:
+            headers["Authorization"] = f"Bearer {settings.api_key}"
+        self.http = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(
+                connect=settings.connect_timeout_s,
+                read=settings.read_timeout_s,
+                write=settings.read_timeout_s,
+                pool=settings.queue_timeout_s or None,
+            ),
+            limits=httpx.Limits(
+                max_connections=len(self.bases) * (settings.max_per_replica + 2),
+                max_keepalive_connections=len(self.bases) * settings.max_per_replica,
+                # under uvicorn's 5 s keep-alive (vllm-omni and this gateway
+                # serve with it), so an idle connection is dropped here first
+                keepalive_expiry=4.0,
+            ),
+            transport=transport,
+            follow_redirects=False,
+            trust_env=False,
+        )
+        self._room = asyncio.Condition()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    # --- choosing a replica --------------------------------------------------------------
+
+    def _without_voice(self, voice: str) -> frozenset[int]:
+        """Replicas known not to hold ``voice`` (uploaded voices are per server)."""
+        wanted = voice.casefold()
+        return frozenset(
+            i
+            for i, held in enumerate(self.replica_voices)
+            if held is not None and held and wanted not in held
+        )
+
+    async def _choose(self, tried: frozenset[int]) -> int | None:
+        """A replica for the next attempt, waiting (``queue_timeout_s``) while
+        every routable one is at its cap; None if there is none."""
+        deadline = self.clock() + self.settings.queue_timeout_s
+        async with self._room:
+            while True:
+                index = self.pool.pick(self.clock(), tried)
+                if index is not None:
+                    self.pool.acquire(index)
+                    return index
+                left = deadline - self.clock()
+                if not self.pool.waiting_for_room(self.clock(), tried) or left <= 0:
+                    return None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._room.wait()
+
+    async def _release(self, index: int) -> None:
+        self.pool.release(index)
+        async with self._room:
+            self._room.notify_all()
+
+    # --- one segment -----------------------------------------------------------------------
+
+    async def speak(self, body: Mapping[str, Any], rate: int, sink: Sink) -> None:
+        """Relay one segment's audio, at ``rate``, into ``sink``.  Raises
+        ``SynthesisError`` (``PartialAudioError`` after audio was delivered)."""
+        voice = str(body.get("voice", ""))
+        tried = self._without_voice(voice)
+        if len(tried) == len(self.bases):
+            tried = frozenset()  # nobody listed it: let the upstreams answer
+        last = "no upstream replica is available"
+        for _ in range(self.settings.max_attempts):
+            index = await self._choose(tried)
+            if index is None:
+                break
+            tried |= {index}
+            try:
+                attempt = await self._attempt(index, body, rate, sink)
+            finally:
+                # shielded: a cancelled task still gives its slot back
+                await asyncio.shield(self._release(index))
+            self.pool.report(index, attempt.outcome, self.clock(), attempt.kind)
+            if attempt.outcome is Outcome.OK or attempt.stopped:
+                return
+            name = self.pool.replicas[index].name
+            if attempt.delivered > 0:
+                log.warning("upstream %s failed mid-segment: %s", name, attempt.message)
+                raise PartialAudioError(
+                    f"the upstream failed after {attempt.delivered * 1000:.0f} ms of this"
+                    f" segment's audio: {attempt.message}"
+                )
+            if attempt.outcome is Outcome.CLIENT_ERROR:
+                raise SynthesisError(f"the upstream refused the segment: {attempt.message}")
+            log.info("upstream %s: %s; trying another replica", name, attempt.message)
+            last = attempt.message
+        raise SynthesisError(f"no upstream replica could speak the segment: {last}")
+
+    async def _attempt(self, index: int, body: Mapping[str, Any], rate: int, sink: Sink) -> Attempt:
+        url = f"{self.bases[index]}/v1/audio/speech"
+        sent = self.clock()
+        decoder = ResponseDecoder(self.settings.stream_format, self.settings.response_format)
+        state = _Relay(rate, sink)
+        try:
+            async with asyncio.timeout(self.settings.first_byte_timeout_s) as first_byte:
+                request = self.http.build_request("POST", url, json=dict(body))
+                response = await self.http.send(request, stream=True)
+                try:
+                    if not 200 <= response.status_code < 300:
+                        return await _refused(response)
+                    declared = _declared_rate(response)
+                    if declared and self.settings.response_format == "pcm":
+                        await state.handle(Format(declared, 1))
+                    async for piece in response.aiter_raw():
+                        for event in decoder.push(piece):
+                            if isinstance(event, Samples) and not state.audio_seen:
+                                state.audio_seen = True
+                                first_byte.reschedule(None)  # audio flows: no deadline
+                                self.ttfb[index].observe(self.clock() - sent)
+                            if not await state.handle(event):
+                                return Attempt(Outcome.OK, "", stopped=True)
+                        if decoder.failed:
+                            break
+                    problem = decoder.finish()
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            what = "first audio byte" if state.delivered == 0 else "next audio"
+            return state.failed("timeout", f"no {what} within the timeout")
+        except httpx.TimeoutException:
+            return state.failed("timeout", "the upstream stopped sending")
+        except httpx.ConnectError:
+            return state.failed("connect", "the replica refused the connection")
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            return state.failed("disconnect", "the replica closed the connection mid-response")
+        except httpx.HTTPError as exc:
+            return state.failed("http", f"HTTP error {type(exc).__name__}")
+        except WireError as exc:
+            return state.failed("body", f"the response is not speech audio: {exc}")
+        if state.failure is not None:
+            kind = "partial_audio" if state.failure.partial_audio else "upstream_error"
+            return state.failed(kind, f"the upstream reported: {state.failure.message}")
+        if problem is not None:
+            return state.failed("truncated", problem)
+        state.flush()
+        return Attempt(Outcome.OK, "", delivered=state.delivered)
+
+
+class _Relay:
+    """One attempt's audio: resampled to the segment's rate when the body
+    says another rate, then handed to the sink."""
+
+    def __init__(self, rate: int, sink: Sink) -> None:
+        self.rate = rate
+        self.sink = sink
+        self.delivered = 0.0
+        self.audio_seen = False  #: the body's first samples arrived
+        self.failure: UpstreamFailure | None = None
+        self._resampler: StreamResampler | None = None
+
+    async def handle(self, event: object) -> bool:
+        if isinstance(event, Format):
+            if event.sample_rate != self.rate:
+                self._resampler = StreamResampler(event.sample_rate, self.rate)
+            return True
+        if isinstance(event, UpstreamFailure):
+            self.failure = event
+            return True
+        if isinstance(event, Samples):
+            samples = event.data
+            if self._resampler is not None:
+                samples = self._resampler.process(samples)
+            return await self._deliver(samples)
+        return True
+
+    async def _deliver(self, samples: npt.NDArray[np.float32]) -> bool:
+        if not samples.size:
+            return True
+        seconds = samples.size / self.rate
+        if not await self.sink.room(seconds):
+            return False
+        if not self.sink.deliver(samples):
+            return False
+        self.delivered += seconds
+        return True
+
+    def flush(self) -> None:
+        if self._resampler is not None:
+            tail = self._resampler.flush()
+            if tail.size and self.sink.deliver(tail):
+                self.delivered += tail.size / self.rate
+
+    def failed(self, kind: str, message: str) -> Attempt:
+        return Attempt(Outcome.FAILURE, kind, message, self.delivered)
+
+
+def _declared_rate(response: httpx.Response) -> int:
+    """The rate a headerless PCM body is at, when the upstream says so
+    (``X-Sample-Rate``, as this gateway answers); 0 if it does not."""
+    raw = response.headers.get("x-sample-rate", "")
+    return int(raw) if raw.isdigit() and 1000 <= int(raw) <= 384_000 else 0
+
+
+async def _refused(response: httpx.Response) -> Attempt:
+    """An HTTP error status: its outcome, and the upstream's message."""
+    outcome = classify_status(response.status_code)
+    data = b""
+    with contextlib.suppress(httpx.HTTPError):
+        async for piece in response.aiter_bytes():
+            data += piece
+            if len(data) >= _ERROR_BODY_BYTES:
+                break
+    message = f"HTTP {response.status_code}"
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        doc = json.loads(data[:_ERROR_BODY_BYTES])
+        error = doc.get("error") if isinstance(doc, dict) else None
+        text = error.get("message") if isinstance(error, dict) else error
+        if isinstance(text, str) and text:
+            message += f": {text[:300]}"
+    return Attempt(outcome, f"http_{response.status_code}", message)

@@ -1,0 +1,351 @@
+"""The ``upstream`` engine: each segment is one streamed ``POST
+/v1/audio/speech`` to a pool of OpenAI-compatible speech servers (vllm-omni,
+OpenAI, Kokoro-FastAPI, another gateway), relayed into the session.
+
+What this module is for: adapting the relay (``client.UpstreamClient``) to
+engine interface v2.  Each utterance opens an ``UpstreamStream``; each
+submitted segment starts its request at once, as a task, so a segment the
+speaker submits ahead (while the previous one plays) is *prefetched*: the
+upstream's own time to first audio hides behind playback.  How far ahead is
+the session's budget: the shared delivery machinery (``DeliveredJob.acquire``)
+refuses a chunk while the budget is full, and the relay then stops reading
+the body, so the upstream is held back by TCP, not by a buffer here.  A
+prefetched request holds a slot of its replica (``max_per_replica``) like
+any other.
+
+Cancel (``SynthesisJob.cancel``, ``EngineStream.cancel``) cancels the
+segment's task; the read in progress ends and the response's connection is
+closed, which is how the upstream learns to stop (vllm-omni aborts the
+request on disconnect).
+
+The engine declares no alignment: an upstream without word timestamps gets
+none invented.  ``instructions``, ``language`` and the cloning fields
+(``ref_audio``, ``ref_text``) are sent only when the ``[upstream]`` section
+declares the upstream supports them.  Voices are the ones the replicas list
+(``GET /v1/audio/voices``, merged; a voice only some replicas hold is routed
+to those), else ``upstream.voices``.
+
+What it must not do: invent timings, retry a segment after part of its audio
+was delivered, or log URLs with credentials or the API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.engines.base import (
+    Capabilities,
+    Engine,
+    EngineStream,
+    StreamRequest,
+    SynthesisError,
+    VoiceInfo,
+)
+from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs
+from gateway.engines.upstream.client import UpstreamClient
+from gateway.engines.upstream.pool import ReplicaState
+from gateway.engines.upstream.probe import Prober
+from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+# httpx logs every request's full URL at INFO, credentials included: never
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+#: options of ``StreamRequest.options`` passed to an upstream that clones
+CLONING_OPTIONS = ("ref_audio", "ref_text", "x_vector_only_mode")
+#: text used to read the upstream's rate from a WAV header at start
+_RATE_PROBE_TEXT = "Hello."
+
+_LANGUAGE_NAMES = {
+    "en": "English",
+    "zh": "Chinese",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "de": "German",
+    "fr": "French",
+    "ru": "Russian",
+    "pt": "Portuguese",
+    "es": "Spanish",
+    "it": "Italian",
+}
+
+
+class JobSink:
+    """A ``client.Sink`` over one ``DeliveredJob``: room from the shared
+    delivery machinery (look-ahead bound and budget), chunks delivered to it."""
+
+    def __init__(self, job: DeliveredJob) -> None:
+        self.job = job
+
+    async def room(self, seconds: float) -> bool:
+        loop = asyncio.get_running_loop()
+        while True:
+            woken: asyncio.Future[None] = loop.create_future()
+
+            def wake(woken: asyncio.Future[None] = woken) -> None:
+                with contextlib.suppress(RuntimeError):  # loop closed: nobody waits
+                    loop.call_soon_threadsafe(_settle, woken)
+
+            if self.job.acquire(seconds, wake):
+                return True
+            if self.job.finished:
+                return False
+            await woken
+
+    def deliver(self, samples: npt.NDArray[np.float32]) -> bool:
+        return self.job.chunk(samples)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class UpstreamStream(DeliveryStream):
+    """One utterance: its segments' requests, each a task of its own."""
+
+    def __init__(self, request: StreamRequest, engine: UpstreamEngine) -> None:
+        super().__init__(request, engine.live)
+        self.engine = engine
+
+    def start(self, job: DeliveredJob) -> None:
+        if not job.started():
+            return
+        job.skip_timings()  # no alignment: none are invented
+        voice = self.engine.find_voice(self.request.voice)
+        if voice is None:
+            raise SynthesisError(f"the upstream has no voice {self.request.voice!r}")
+        body = self.engine.request_body(self.request, voice, job.text)
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._run(job, body, voice.sample_rate), name="upstream-segment")
+        self.engine.tasks.add(task)
+        task.add_done_callback(self.engine.tasks.discard)
+
+        def stop() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the task is gone
+                loop.call_soon_threadsafe(task.cancel)
+
+        job.on_cancel(stop)
+
+    async def _run(self, job: DeliveredJob, body: dict[str, Any], rate: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            await self.engine.client.speak(body, rate, JobSink(job))
+        except SynthesisError as exc:
+            if not job.cancelled:
+                log.warning("upstream segment failed (%s): %s", self.request.label, exc)
+            job.finish(exc)
+            return
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+        except Exception as exc:  # a bug: this segment fails alone
+            log.exception("upstream segment failed (%s)", self.request.label)
+            job.fail(f"synthesis failed: {type(exc).__name__}")
+            return
+        job.stats.add_stage("upstream_ms", (time.perf_counter() - t0) * 1e3)
+        job.finish()
+
+
+class UpstreamEngine(Engine):
+    name = "upstream"
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.config = settings.upstream  # Settings checked that urls is not empty
+        self.client = UpstreamClient(self.config)
+        self.prober = Prober(self.client)
+        self.live = LiveJobs()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._rate = self.config.native_rate
+        self._configured = self._voices_from_names(self.config.voices)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.prober.enabled:
+            await self.prober.probe_all()
+            self.prober.start()
+        if not self._rate and not self._listed_rates():
+            self._rate = await self._probe_rate()
+        ready = sum(
+            1
+            for i in range(len(self.client.bases))
+            if self.client.pool.state_of(i, self.client.clock()) is ReplicaState.READY
+        )
+        log.info(
+            "upstream pool: %d of %d replicas ready, %s",
+            ready,
+            len(self.client.bases),
+            ", ".join(r.name for r in self.client.pool.replicas),
+        )
+
+    async def aclose(self) -> None:
+        await self.prober.aclose()
+        self.live.cancel_all()
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.client.aclose()
+
+    def ready(self) -> bool:
+        """At least one replica is routable (``/readyz``)."""
+        return self.client.pool.ready(self.client.clock())
+
+    def model_names(self) -> Sequence[str]:
+        return (self.config.model,) if self.config.model else ()
+
+    def collectors(self) -> Sequence[Collector]:
+        from gateway.engines.upstream.metrics import PoolCollector
+
+        return (PoolCollector(self.client),)
+
+    # --- voices and rates ----------------------------------------------------------------
+
+    def _language(self) -> tuple[str, str]:
+        tag = self.config.languages[0]
+        return tag, _LANGUAGE_NAMES.get(tag.split("-")[0].casefold(), tag)
+
+    def _voices_from_names(self, names: Sequence[str]) -> list[VoiceInfo]:
+        tag, language_name = self._language()
+        return [
+            VoiceInfo(
+                name=name,
+                language=tag,
+                language_name=language_name,
+                sample_rate=self._rate or 24000,
+                quality="upstream",
+                engine=self.name,
+                description="A voice of the upstream speech servers.",
+            )
+            for name in names
+        ]
+
+    def _listed_rates(self) -> list[int]:
+        rates = []
+        for listing in self.prober.listings:
+            for entry in listing or ():
+                rate = entry.get("sample_rate")
+                if isinstance(rate, int) and rate > 0:
+                    rates.append(rate)
+        return rates
+
+    def voices(self) -> Sequence[VoiceInfo]:
+        tag, language_name = self._language()
+        seen: dict[str, VoiceInfo] = {}
+        for listing in self.prober.listings:
+            for entry in listing or ():
+                name = entry["name"]
+                if name.casefold() in seen:
+                    continue
+                rate = entry.get("sample_rate")
+                seen[name.casefold()] = VoiceInfo(
+                    name=name,
+                    language=str(entry.get("language") or tag),
+                    language_name=str(entry.get("language_name") or language_name),
+                    sample_rate=self._rate or (rate if isinstance(rate, int) else 24000),
+                    quality="upstream",
+                    engine=self.name,
+                    description="A voice of the upstream speech servers.",
+                )
+        for voice in self._configured:
+            seen.setdefault(voice.name.casefold(), voice)
+        if not seen:  # nothing listed or configured: the upstream's own default
+            return self._voices_from_names(["default"])
+        return tuple(seen.values())
+
+    @property
+    def capabilities(self) -> Capabilities:
+        voices = self.voices()
+        rates = tuple(sorted({v.sample_rate for v in voices}))
+        # the configured languages, then any a replica's listing names
+        languages = dict.fromkeys([*self.config.languages, *(v.language for v in voices)])
+        return Capabilities(
+            sample_rates=rates,
+            alignment=False,
+            cloning=self.config.cloning,
+            instructions=self.config.instructions,
+            languages=tuple(languages),
+            max_concurrency=len(self.config.urls) * self.config.max_per_replica,
+            typical_first_chunk_s=0.3,
+        )
+
+    async def _probe_rate(self) -> int:
+        """The upstream's rate from the WAV header of a short request."""
+        body = {
+            "input": _RATE_PROBE_TEXT,
+            "voice": self.default_voice().name,
+            "stream": True,
+            "stream_format": "audio",
+            "response_format": "wav",
+            **({"model": self.config.model} if self.config.model else {}),
+        }
+        for index, base in enumerate(self.client.bases):
+            name = self.client.pool.replicas[index].name
+            try:
+                async with asyncio.timeout(self.config.first_byte_timeout_s):
+                    async with self.client.http.stream(
+                        "POST", base + "/v1/audio/speech", json=body
+                    ) as response:
+                        if not response.is_success:
+                            continue
+                        decoder = ResponseDecoder("audio", "wav")
+                        async for piece in response.aiter_raw():
+                            for event in decoder.push(piece):
+                                if isinstance(event, Format):
+                                    log.info("upstream %s speaks at %d Hz", name, event.sample_rate)
+                                    return event.sample_rate
+            except (TimeoutError, WireError, OSError) as exc:
+                log.info("upstream %s: no rate from a WAV header (%s)", name, type(exc).__name__)
+            except Exception as exc:  # httpx errors: try the next replica
+                log.info("upstream %s: no rate from a WAV header (%s)", name, type(exc).__name__)
+        raise RuntimeError(
+            "could not read the upstream's sample rate from any replica: set upstream.native_rate"
+        )
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def request_body(self, request: StreamRequest, voice: VoiceInfo, text: str) -> dict[str, Any]:
+        """The JSON of one segment's ``POST /v1/audio/speech``."""
+        config = self.config
+        body: dict[str, Any] = {
+            "input": text,
+            "voice": voice.name,
+            "stream": True,
+            "stream_format": config.stream_format,
+            "response_format": config.response_format,
+        }
+        if config.model:
+            body["model"] = config.model
+        if config.send_sample_rate:
+            body["sample_rate"] = voice.sample_rate
+        if request.speed != 1.0:
+            body["speed"] = request.speed
+        if config.instructions and request.instructions:
+            body["instructions"] = request.instructions
+        if config.send_language and request.language:
+            body["language"] = request.language
+        if config.cloning:
+            for key in CLONING_OPTIONS:
+                if key in request.options:
+                    body[key] = request.options[key]
+        return body
+
+    def open_stream(self, request: StreamRequest) -> EngineStream:
+        return UpstreamStream(request, self)
+
+    def live_jobs(self) -> int:
+        return len(self.live)

@@ -1,0 +1,421 @@
+"""The ``upstream`` engine against real upstreams: ``python -m gateway
+serve`` processes (synthetic engine) as replicas, a gateway in ``upstream``
+mode in front (in-process, real uvicorn), and ``tests/faultproxy.py`` (a
+real TCP relay) between them to inject faults.  Nothing here mocks the
+upstream: it is the gateway's own ``/v1/audio/speech``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from gateway.engines.upstream.engine import UpstreamEngine
+from gateway.engines.upstream.pool import ReplicaState
+from tests.conftest import RunningServer, run_server
+from tests.conftest import test_settings as settings_for
+from tests.faultproxy import FaultProxy, Faults
+from tests.helpers import ServeProcess, Transcript, open_ws, recv_until, send, serve_process
+
+SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank."
+TWO = "The lighthouse stood on the cliff. Its lamp turned over the dark water."
+LONG = (
+    "The old lighthouse stood at the edge of the cliff for a hundred years, and every"
+    " night its lamp turned slowly over the dark water while sailors far away counted"
+    " the flashes and knew where the rocks were, and the keeper climbed the stairs."
+)
+STREAM = {"response_format": "pcm", "stream_audio": True, "frame_ms": 20}
+#: fault tests: no probes (their requests would share the proxied connections)
+PASSIVE = {
+    "health_path": "",
+    "ready_paths": [],
+    "native_rate": 22050,
+    "voices": ["tone"],
+}
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ServeProcess]]:
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(
+                serve_process(tmp_path_factory.mktemp(f"replica{i}"), engine="synthetic")
+            )
+            for i in range(2)
+        ]
+
+
+@contextmanager
+def front(urls: list[str], **upstream: Any) -> Iterator[RunningServer]:
+    config = {
+        "urls": urls,
+        "health_path": "/healthz",
+        "ready_paths": ["/v1/audio/voices"],
+        "probe_interval_s": 0.2,
+        "cooldown_s": 1.0,
+        "send_sample_rate": True,  # the replicas' own rate: no resampling twice
+        **upstream,
+    }
+    with run_server(settings_for(engine="upstream", upstream=config), None) as server:
+        yield server
+
+
+@contextmanager
+def proxies(*targets: ServeProcess) -> Iterator[list[FaultProxy]]:
+    made = [FaultProxy(t.port) for t in targets]
+    try:
+        yield made
+    finally:
+        for proxy in made:
+            proxy.close()
+
+
+def engine_of(server: RunningServer) -> UpstreamEngine:
+    engine = server.state.engine
+    assert isinstance(engine, UpstreamEngine)
+    return engine
+
+
+async def speech(base: str, text: str, **extra: Any) -> httpx.Response:
+    body = {"input": text, "voice": "tone", "response_format": "pcm", "sample_rate": 22050, **extra}
+    async with httpx.AsyncClient(timeout=30) as client:
+        return await client.post(base + "/v1/audio/speech", json=body)
+
+
+async def get(url: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as client:
+        return await client.get(url)
+
+
+def pcm(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, "<i2").astype(np.int32)
+
+
+def assert_same_audio(got: bytes, want: bytes) -> None:
+    assert len(got) == len(want) > 0
+    assert np.abs(pcm(got) - pcm(want)).max() <= 1  # one LSB of re-encoding
+
+
+async def test_relayed_audio_is_the_upstreams_own(replicas: list[ServeProcess]) -> None:
+    with front([r.base for r in replicas]) as gw:
+        assert (await get(gw.http + "/readyz")).json() == {"status": "ready", "engine": "upstream"}
+        voices = (await get(gw.http + "/v1/audio/voices")).json()
+        tone = next(v for v in voices["data"] if v["name"] == "tone")
+        assert tone["sample_rate"] == 22050 and tone["engine"] == "upstream"
+        direct = await speech(replicas[0].base, TWO)
+        relayed = await speech(gw.http, TWO)
+        assert relayed.status_code == 200
+        assert_same_audio(relayed.content, direct.content)
+        # the WebSocket protocol over the pool, at the upstream's native rate
+        async with await open_ws(gw.ws_url) as ws:
+            created = json.loads(await ws.recv())
+            assert created["engine"] == "upstream"
+            await send(ws, type="session.config", sample_rate=22050, **STREAM)
+            await send(ws, type="input.text", text=TWO)
+            await send(ws, type="input.done")
+            t = await recv_until(ws, Transcript())
+        assert not t.of("error")
+        assert len(t.of("audio.done")) == 2
+        assert not t.of("alignment")  # no timings are invented
+        audio = b"".join(b[-(len(b) // 2) * 2 :] for b in t.binary)
+        assert len(audio) >= len(direct.content) - 64
+        metrics = (await get(gw.http + "/metrics")).text
+        assert "gateway_upstream_requests_total" in metrics
+        assert "@" not in metrics.split("gateway_upstream")[1]  # no credentials in labels
+
+
+@pytest.mark.parametrize(
+    ("stream_format", "response_format"),
+    [("audio", "wav"), ("sse", "pcm"), ("sse", "wav")],
+)
+async def test_every_body_shape_relays_the_same_audio(
+    replicas: list[ServeProcess], stream_format: str, response_format: str
+) -> None:
+    shape = {"stream_format": stream_format, "response_format": response_format}
+    with front([replicas[0].base], **PASSIVE, **shape) as gw:
+        direct = await speech(replicas[0].base, TWO)
+        relayed = await speech(gw.http, TWO)
+        assert relayed.status_code == 200
+        assert_same_audio(relayed.content, direct.content)
+
+
+async def test_a_real_voice_relayed(piper_server: RunningServer) -> None:
+    """Piper behind the relay: the words the listener gets are the replica's."""
+    with front([piper_server.http]) as gw:  # voices and rate from its listing
+        body = {"voice": "joe", "sample_rate": 22050}
+        direct = await speech(piper_server.http, SENTENCE, **body)
+        relayed = await speech(gw.http, SENTENCE, **body)
+        assert relayed.status_code == 200
+        assert_same_audio(relayed.content, direct.content)
+        assert engine_of(gw).default_voice().name == "joe"
+
+
+async def test_voices_are_merged_and_routed_to_the_replicas_holding_them(
+    piper_server: RunningServer, replicas: list[ServeProcess]
+) -> None:
+    """A voice only some replicas list goes to those (uploaded voices live
+    per server on vllm-omni); here Piper's ``joe`` and the synthetic ``tone``."""
+    with front([piper_server.http, replicas[0].base]) as gw:
+        listed = (await get(gw.http + "/v1/audio/voices")).json()["voices"]
+        assert {"joe", "tone"} <= set(listed)
+        for voice in ("joe", "tone", "joe", "tone", "joe", "tone"):
+            response = await speech(gw.http, "Hello there.", voice=voice)
+            assert response.status_code == 200, response.text
+        pool = engine_of(gw).client.pool
+        assert [r.requests for r in pool.replicas] == [3, 3]
+        assert all(not r.failures for r in pool.replicas)
+
+
+async def test_the_next_segment_is_prefetched_while_one_plays(
+    replicas: list[ServeProcess],
+) -> None:
+    with front([replicas[0].base], **PASSIVE) as gw:
+        pool = engine_of(gw).client.pool
+        most = 0
+
+        async def watch() -> None:
+            nonlocal most
+            while True:
+                most = max(most, pool.replicas[0].outstanding)
+                await asyncio.sleep(0.001)
+
+        watcher = asyncio.create_task(watch())
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", split_granularity="sentence", **STREAM)
+            await send(ws, type="input.text", text=f"{TWO} {SENTENCE}")
+            await send(ws, type="input.done")
+            t = await recv_until(ws, Transcript())
+        watcher.cancel()
+        assert len(t.of("audio.done")) == 3 and not t.of("error")
+        assert most >= 2  # segment n+1 was requested while n was streaming
+
+
+async def test_the_upstream_model_name_is_accepted(replicas: list[ServeProcess]) -> None:
+    # the replica's own model name (this gateway accepts its engine's name)
+    with front([replicas[0].base], **PASSIVE, model="synthetic") as gw:
+        assert (await speech(gw.http, "Hello there.", model="synthetic")).status_code == 200
+        assert (await speech(gw.http, "Hello there.", model="tts-1")).status_code == 200
+        assert (await speech(gw.http, "Hello there.", model="nonesuch")).status_code == 400
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", model="synthetic", **STREAM)
+            await send(ws, type="input.text", text="Hello there.")
+            await send(ws, type="input.done")
+            t = await recv_until(ws, Transcript())
+        assert not t.of("error") and t.binary
+
+
+async def test_failover_before_the_first_byte(replicas: list[ServeProcess]) -> None:
+    with proxies(replicas[0]) as (bad,):
+        bad.faults = Faults(reset=True)
+        with front([bad.url, replicas[1].base], **PASSIVE) as gw:
+            want = (await speech(replicas[1].base, SENTENCE)).content
+            for _ in range(2):
+                got = await speech(gw.http, SENTENCE)
+                assert got.status_code == 200
+                assert_same_audio(got.content, want)
+            first = engine_of(gw).client.pool.replicas[0]
+            assert first.requests >= 1 and sum(first.failures.values()) == first.requests
+        assert bad.connections  # the reset really happened at the proxy
+
+
+async def test_partial_audio_fails_the_segment_and_is_never_retried(
+    replicas: list[ServeProcess],
+) -> None:
+    with proxies(*replicas) as (cutting, spare):
+        cutting.faults = Faults(cut_after=30_000)  # headers and about 0.3 s of audio
+        with front([cutting.url, spare.url], **PASSIVE) as gw:
+            async with await open_ws(gw.ws_url) as ws:
+                await ws.recv()
+                await send(ws, type="session.config", **STREAM)
+                await send(ws, type="input.text", text=SENTENCE)
+                await send(ws, type="input.done")
+                t = await recv_until(ws, Transcript())
+                errors = t.of("error")
+                assert len(errors) == 1
+                assert errors[0]["partial_audio"] is True
+                assert "after" in errors[0]["message"] and "ms of this" in errors[0]["message"]
+                assert t.binary  # part of it was heard
+                assert t.of("audio.done")[0]["error"] is True
+                # never retried elsewhere after the first byte
+                assert spare.connections == []
+                # the session goes on
+                cutting.faults = Faults()
+                await send(ws, type="input.text", text="Back again.")
+                await send(ws, type="input.done")
+                t2 = await recv_until(ws, Transcript())
+                assert not t2.of("error") and t2.binary
+
+
+async def test_a_refused_request_fails_alone_without_retry_or_ejection(
+    replicas: list[ServeProcess],
+) -> None:
+    """A 4xx that is the request's fault (a voice the replicas do not have)."""
+    with (
+        proxies(*replicas) as (first, second),
+        front([first.url, second.url], **{**PASSIVE, "voices": ["tone", "ghost"]}) as gw,
+    ):
+        for _ in range(4):
+            refused = await speech(gw.http, "Hello there.", voice="ghost")
+            assert refused.status_code >= 400
+            assert "refused" in refused.text or "ghost" in refused.text
+        pool = engine_of(gw).client.pool
+        assert sum(r.requests for r in pool.replicas) == 4  # one attempt each, no retry
+        assert all(r.state is ReplicaState.READY for r in pool.replicas)
+        assert (await speech(gw.http, "Hello there.")).status_code == 200
+
+
+async def test_a_full_replica_is_skipped_never_ejected(
+    replicas: list[ServeProcess], tmp_path: Path
+) -> None:
+    """503 ``busy`` from a real replica whose one HTTP slot is taken."""
+    with (
+        serve_process(tmp_path, engine="synthetic", max_http_streams=1) as small,
+        front([small.base, replicas[1].base], **PASSIVE) as gw,
+    ):
+        body = {"input": LONG * 3, "voice": "tone", "response_format": "pcm"}
+        async with (
+            httpx.AsyncClient(timeout=30) as hog,
+            hog.stream("POST", small.base + "/v1/audio/speech", json=body) as held,
+        ):
+            assert held.status_code == 200  # its one slot, held: we do not read
+            for _ in range(5):
+                assert (await speech(gw.http, "Hello there.")).status_code == 200
+            full = engine_of(gw).client.pool.replicas[0]
+            assert full.failures.get("http_503", 0) >= 1
+            assert full.state is ReplicaState.READY and full.ejections == 0
+
+
+async def test_ejection_and_return_of_a_dead_replica(replicas: list[ServeProcess]) -> None:
+    with (
+        proxies(replicas[0]) as (dying,),
+        front([dying.url, replicas[1].base], **PASSIVE, cooldown_s=3.0) as gw,
+    ):
+        pool = engine_of(gw).client.pool
+        dying.refuse()
+        for _ in range(6):
+            assert (await speech(gw.http, "Hello there.")).status_code == 200
+        dead = pool.replicas[0]
+        assert dead.requests == 3  # three failures, then ejected: no more tries
+        assert dead.state is ReplicaState.EJECTED and dead.ejections == 1
+        metrics = (await get(gw.http + "/metrics")).text
+        assert f'replica="{dying.url}",state="ejected"}} 1.0' in metrics
+        assert (await get(gw.http + "/readyz")).status_code == 200  # the other one serves
+        dying.resume()
+        await asyncio.sleep(3.1)  # the cool-down: 3 s, so a loaded machine still saw "ejected"
+        for _ in range(4):
+            assert (await speech(gw.http, "Hello there.")).status_code == 200
+        assert dead.requests > 3 and dead.state is ReplicaState.READY
+        assert dead.consecutive_failures == 0
+
+
+async def test_readyz_follows_the_probes(replicas: list[ServeProcess]) -> None:
+    with proxies(replicas[0]) as (only,), front([only.url]) as gw:
+
+        async def wait_status(code: int) -> None:
+            async with asyncio.timeout(5):
+                while (await get(gw.http + "/readyz")).status_code != code:
+                    await asyncio.sleep(0.05)
+
+        await wait_status(200)
+        only.refuse()
+        await wait_status(503)
+        assert (await get(gw.http + "/readyz")).json()["status"] == "engine_unavailable"
+        only.resume()
+        await wait_status(200)
+
+
+async def test_cancel_closes_the_upstream_request(replicas: list[ServeProcess]) -> None:
+    with proxies(replicas[0]) as (watched,), front([watched.url], **PASSIVE) as gw:
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", split_granularity="sentence", **STREAM)
+            await send(ws, type="input.text", text=LONG)
+            await send(ws, type="input.done")
+            t = Transcript()
+            while len(t.binary) < 10:
+                raw = await asyncio.wait_for(ws.recv(), 30)
+                t.items.append(raw if isinstance(raw, bytes) else json.loads(raw))
+            (conn,) = watched.connections
+            assert conn.closed_by_client is None  # the response is still streaming
+            cancelled = time.monotonic()
+            await send(ws, type="cancel")
+            await recv_until(ws, t)
+            async with asyncio.timeout(2):
+                while conn.closed_by_client is None:
+                    await asyncio.sleep(0.005)
+            assert conn.closed_by_client - cancelled < 0.1
+            assert t.of("audio.cancelled")
+
+
+async def test_a_slow_upstream_never_blocks_other_sessions(replicas: list[ServeProcess]) -> None:
+    with proxies(*replicas) as (slow, fast):
+        slow.faults = Faults(delay_s=3.0)
+        with front([slow.url, fast.url], **PASSIVE) as gw:
+
+            async def first_audio(text: str) -> tuple[float, float]:
+                """(when the session started, when its first audio arrived)"""
+                start = time.monotonic()
+                async with await open_ws(gw.ws_url) as ws:
+                    await ws.recv()
+                    await send(ws, type="session.config", **STREAM)
+                    await send(ws, type="input.text", text=text)
+                    await send(ws, type="input.done")
+                    while not isinstance(await asyncio.wait_for(ws.recv(), 30), bytes):
+                        pass
+                    return start, time.monotonic()
+
+            stuck = asyncio.create_task(first_audio(SENTENCE))  # the first pick: replica 0
+            async with asyncio.timeout(5):
+                while not slow.connections:
+                    await asyncio.sleep(0.01)
+            other_start, other_audio = await first_audio("Hello there.")
+            stuck_start, stuck_audio = await stuck
+            assert other_audio - other_start < 1.0
+            assert other_audio < stuck_audio  # it did not wait behind the slow one
+            assert stuck_audio - stuck_start >= 2.9  # which really was slow
+            assert len(fast.connections) >= 1
+
+
+async def test_credentials_never_reach_logs_or_metrics(
+    replicas: list[ServeProcess], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret_url = f"http://user:s3cr3t@127.0.0.1:{replicas[0].port}"
+    dead = "http://user:s3cr3t@127.0.0.1:9"  # nothing listens: failures get logged
+    with front([secret_url, dead], api_key="k3y-s3cr3t") as gw:
+        assert (await speech(gw.http, "Hello there.")).status_code == 200
+        await asyncio.sleep(0.5)  # a few probe rounds, the dead one failing
+        metrics = (await get(gw.http + "/metrics")).text
+    assert "gateway_upstream_requests_total" in metrics
+    assert "upstream replica http://127.0.0.1:9 is unready" in caplog.text  # logs were seen
+    for text in (metrics, caplog.text):
+        assert "s3cr3t" not in text and "user:" not in text
+
+
+def test_settings_from_the_environment(tmp_path: Path) -> None:
+    from gateway.settings import load_settings
+
+    settings = load_settings(
+        None,
+        environ={
+            "GATEWAY_ENGINE": "upstream",
+            "GATEWAY_UPSTREAM_URLS": "http://a:8000, http://user:secret@b:8000/",
+            "GATEWAY_UPSTREAM_MAX_PER_REPLICA": "4",
+        },
+    )
+    assert settings.upstream.urls == ["http://a:8000", "http://user:secret@b:8000/"]
+    assert settings.upstream.max_per_replica == 4
+    engine = UpstreamEngine(settings)
+    assert [r.name for r in engine.client.pool.replicas] == ["http://a:8000", "http://b:8000"]
