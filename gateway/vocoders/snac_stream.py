@@ -204,6 +204,37 @@ class _Call:
         return x.masked_fill(outside[:, None, :], 0.0)
 
 
+_MKLDNN = bool(torch.backends.mkldnn.is_available())  # type: ignore[no-untyped-call]
+_mkldnn_conv = torch.ops.aten.mkldnn_convolution
+
+
+def _conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dilation: int = 1,
+    groups: int = 1,
+) -> torch.Tensor:
+    """An unpadded convolution of ``x`` [B, in, T].  On the CPU oneDNN is
+    called directly: torch's own dispatch sends small inputs (every
+    streamed step is small) to its slow reference kernels, measured 2-3x
+    slower here (as in ``stateful.py``)."""
+    if x.device.type == "cpu" and _MKLDNN:
+        out: torch.Tensor = _mkldnn_conv(
+            x[:, :, None, :], weight[:, :, None, :], bias, [0, 0], [1, 1], [1, dilation], groups
+        )
+        return out[:, :, 0, :]
+    return functional.conv1d(x, weight, bias, dilation=dilation, groups=groups)
+
+
+def _pointwise(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """A 1x1 convolution of ``x`` [B, in, T] as one GEMM, time-major (MKL's
+    best shape for a few columns; oneDNN re-lays big weights out per call)."""
+    rows, _, n = x.shape
+    flat = x.transpose(1, 2).reshape(rows * n, -1)
+    return functional.linear(flat, weight, bias).view(rows, n, -1).transpose(1, 2)
+
+
 def _snake(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
     return x + inv * torch.sin(alpha * x).pow(2)
 
@@ -248,6 +279,8 @@ class _Conv(_Layer):
         self.bias = conv.bias.detach().to(device) if conv.bias is not None else None
         self.dilation, self.groups = conv.dilation[0], conv.groups
         self.span = self.dilation * (conv.kernel_size[0] - 1)
+        pointwise = conv.kernel_size[0] == 1 and conv.groups == 1
+        self.pointwise = self.weight[:, :, 0].contiguous() if pointwise else None
         padding = conv.padding[0]
         if not isinstance(padding, int) or 2 * padding != self.span:
             raise UnsupportedSnacError("streamed convolutions must be 'same'-padded")
@@ -260,9 +293,10 @@ class _Conv(_Layer):
         if self.span:
             x = torch.cat((state[self.slot], x), dim=2)
             state[self.slot] = x[:, :, -self.span :]
-        out = functional.conv1d(
-            x, self.weight, self.bias, dilation=self.dilation, groups=self.groups
-        )
+        if self.pointwise is not None:
+            out = _pointwise(x, self.pointwise, self.bias)
+        else:
+            out = _conv1d(x, self.weight, self.bias, self.dilation, self.groups)
         if self.bias is None and not self.span:
             return out  # zeros stay zeros
         return call.mask(out, self.rate, self.delay)
@@ -271,8 +305,11 @@ class _Conv(_Layer):
 class _Up(_Layer):
     """A transposed convolution (stride s, kernel 2s, padding p), polyphase:
     output block ``n`` (s samples) depends on inputs ``n - 1`` and ``n``, so
-    it is a 2-tap convolution with ``s x out`` channels.  State: the last
-    input column.  Output delay: ``s x input delay + p``."""
+    it is one matrix ``[s x out, 2 x in]`` times the stacked pair of input
+    columns (a GEMM: the first block's 8.4M-weight layer is memory-bound at
+    a few new columns per step, and oneDNN's convolution re-lays its weights
+    out on every call, measured 10x slower).  State: the last input column.
+    Output delay: ``s x input delay + p``."""
 
     def __init__(
         self,
@@ -291,8 +328,10 @@ class _Up(_Layer):
         if not isinstance(padding, int) or conv.dilation[0] != 1:
             raise UnsupportedSnacError("transposed convolution padding must be an int")
         weight = conv.weight.detach().to(device)  # [in, out, 2s]
-        poly = torch.stack((weight[:, :, s:], weight[:, :, :s]), dim=-1)  # [in, out, s, 2]
-        self.weight = poly.permute(2, 1, 0, 3).reshape(-1, weight.shape[0], 2).contiguous()
+        # row r * out + o: output o at phase r; columns: input n - 1, then input n
+        previous = weight[:, :, s:].permute(2, 1, 0)  # [s, out, in]
+        current = weight[:, :, :s].permute(2, 1, 0)
+        self.weight = torch.cat((previous, current), dim=2).reshape(-1, 2 * weight.shape[0])
         bias = conv.bias.detach().to(device) if conv.bias is not None else None
         self.bias = bias.repeat(s) if bias is not None else None
         self.out_channels = conv.out_channels
@@ -303,9 +342,12 @@ class _Up(_Layer):
     def run(self, x: torch.Tensor, state: list[torch.Tensor], call: _Call) -> torch.Tensor:
         buf = torch.cat((state[self.slot], x), dim=2)
         state[self.slot] = buf[:, :, -1:]
-        out = functional.conv1d(buf, self.weight, self.bias)  # [B, s*out, n], phase-major
-        rows, _, n = out.shape
-        out = out.view(rows, self.stride, self.out_channels, n).permute(0, 2, 3, 1)
+        pairs = torch.cat((buf[:, :, :-1], buf[:, :, 1:]), dim=1)  # [B, 2 in, n]
+        # time-major GEMM: [B, n, 2 in] x [2 in, s*out] (MKL's best shape here)
+        rows, _, n = pairs.shape
+        flat = pairs.transpose(1, 2).reshape(rows * n, -1)
+        out = functional.linear(flat, self.weight, self.bias)
+        out = out.view(rows, n, self.stride, self.out_channels).permute(0, 3, 1, 2)
         return call.mask(
             out.reshape(rows, self.out_channels, n * self.stride), self.rate, self.delay
         )
@@ -317,7 +359,7 @@ class _Noise(_Layer):
     def __init__(
         self, module: SnacModule, block: int, rate: int, delay: int, device: torch.device
     ) -> None:
-        self.weight = module.linear.weight.detach().to(device)
+        self.weight = module.linear.weight.detach()[:, :, 0].to(device).contiguous()
         self.block, self.rate, self.delay = block, rate, delay
 
     def run(self, x: torch.Tensor, state: list[torch.Tensor], call: _Call) -> torch.Tensor:
@@ -327,7 +369,7 @@ class _Noise(_Layer):
             device=x.device,
         )
         noise = keyed_noise(keys, call._positions(self.rate, self.delay, x.shape[-1]))
-        return x + noise[:, None, :].to(x.dtype) * functional.conv1d(x, self.weight)
+        return x + noise[:, None, :].to(x.dtype) * _pointwise(x, self.weight, None)
 
 
 class _Residual(_Layer):
