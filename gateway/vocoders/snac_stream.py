@@ -511,6 +511,7 @@ class SnacStreamDecoder:
 @dataclass
 class _Row:
     seed: int
+    index: int  #: the row in the stacked state
     pushed: int = 0  #: latent frames pushed
     end: int | None = None  #: latent frames of the utterance, once finished
 
@@ -531,23 +532,35 @@ class SnacBatch:
         return len(self.keys)
 
     def join(self, key: Any, seed: int = 0) -> None:
-        if key in self.rows:
-            raise ValueError(f"stream {key!r} is already in the batch")
-        fresh = self.decoder.initial_state(1)
+        self.join_many([(key, seed)])
+
+    def join_many(self, streams: Sequence[tuple[Any, int]]) -> None:
+        """Add streams (key, noise seed) with fresh state, in one copy."""
+        for key, _ in streams:
+            if key in self.rows:
+                raise ValueError(f"stream {key!r} is already in the batch")
+        if len({key for key, _ in streams}) != len(streams):
+            raise ValueError("a stream key is listed twice")
+        fresh = self.decoder.initial_state(len(streams))
         self.state = [torch.cat((s, f)) for s, f in zip(self.state, fresh, strict=True)]
-        self.keys.append(key)
-        self.rows[key] = _Row(seed)
+        for key, seed in streams:
+            self.rows[key] = _Row(seed, index=len(self.keys))
+            self.keys.append(key)
 
     def leave(self, key: Any) -> None:
-        index = self.keys.index(key)
-        keep = torch.tensor(
-            [i for i in range(len(self.keys)) if i != index],
-            dtype=torch.int64,
-            device=self.decoder.device,
-        )
-        self.state = [s.index_select(0, keep) for s in self.state]
-        del self.keys[index]
-        del self.rows[key]
+        self.leave_many([key])
+
+    def leave_many(self, keys: Sequence[Any]) -> None:
+        """Drop streams and their state, in one copy."""
+        gone = {self.rows[key].index for key in keys}
+        kept = [i for i in range(len(self.keys)) if i not in gone]
+        index = torch.tensor(kept, dtype=torch.int64, device=self.decoder.device)
+        self.state = [s.index_select(0, index) for s in self.state]
+        for key in keys:
+            del self.rows[key]
+        self.keys = [self.keys[i] for i in kept]
+        for i, key in enumerate(self.keys):
+            self.rows[key].index = i
 
     def step(self, frames: Mapping[Any, Sequence[Frame]]) -> dict[Any, np.ndarray]:
         """Decode each listed stream's new frames; returns each stream's new
@@ -579,15 +592,14 @@ class SnacBatch:
                 device=self.decoder.device,
             )
             out = self._push(list(keys), zeros) if keys else {}
-        for key in keys:
-            self.leave(key)
+        self.leave_many(keys)
         return out
 
     def _push(self, keys: list[Any], latent: torch.Tensor) -> dict[Any, np.ndarray]:
         decoder = self.decoder
         rows = [self.rows[k] for k in keys]
-        index = [self.keys.index(k) for k in keys]
-        whole = index == list(range(len(self.keys)))
+        index = [row.index for row in rows]
+        whole = len(index) == len(self.keys) and index == list(range(len(index)))
         if whole:
             state = self.state
         else:

@@ -1,0 +1,217 @@
+"""How many concurrent Orpheus streams one device decodes in real time.
+
+Every tick decodes one new SNAC frame (85.33 ms of 24 kHz audio) for each of
+N streams in one batch (``gateway.vocoders.snac_stream.SnacBatch``: stacked
+carried state, one batched pass).  N climbs a ladder; for each N the script
+prints the tick latency (p50, p95, mean; wall time including the copy of the
+audio back to the host), and at the end the largest N whose p95 tick stays
+within ``--p95-ms`` (20 ms) and whose mean tick stays under the 85.33 ms a
+frame lasts (faster than real time), plus the decode time of a first frame
+(a stream's first push into a warm batch) and the time to its first audio
+(3 frames: the look-ahead).  Before the ladder it checks on the device that
+the streamed decode equals the offline one (SNR, dB).
+
+Self-contained: needs torch, snac (and einops, which snac imports) and this
+repository's ``gateway/vocoders/snac_stream.py``; a seeded random-weight SNAC
+with the 24 kHz configuration (the compute is the architecture's; nothing is
+downloaded).  Prints JSON lines.
+
+    PYTHONPATH=. python bench/snac_gpu_bench.py --device cuda
+    PYTHONPATH=. python bench/snac_gpu_bench.py --device cpu --max-streams 4   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from gateway.vocoders.snac_stream import (
+    SnacBatch,
+    SnacStream,
+    SnacStreamDecoder,
+    build_snac_24khz,
+    decode_offline,
+)
+
+FRAME_MS = 2048 / 24000 * 1000
+
+
+def _frame(rng: random.Random) -> tuple[int, ...]:
+    return tuple(rng.randrange(4096) for _ in range(7))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def check_exact(model: Any, decoder: SnacStreamDecoder, frames: int) -> float:
+    """Streamed vs offline on the device, one frame per push: SNR in dB."""
+    rng = random.Random(1)
+    codes = [_frame(rng) for _ in range(frames)]
+    stream = SnacStream(decoder, seed=7)
+    got = np.concatenate([*(stream.push([f]) for f in codes), stream.finish()])
+    ref = decode_offline(model, codes, decoder.noise, seed=7).astype(np.float64)
+    err = float(np.sum((ref - got) ** 2))
+    return round(float(10 * np.log10(np.sum(ref**2) / max(err, 1e-30))), 1)
+
+
+def first_frame(decoder: SnacStreamDecoder) -> dict[str, float]:
+    """A new stream's first frame and first audio, pushed on its own (the
+    engine serves a new utterance's first frame ahead of the batch)."""
+    rng = random.Random(2)
+    # shapes warm: a batch of this size has run, and a lone stream too
+    warm = SnacStream(decoder)
+    for _ in range(4):
+        warm.push([_frame(rng)])
+    stream = SnacStream(decoder, seed=3)
+    times = []
+    produced = 0
+    t0 = time.perf_counter()
+    for _ in range(3):
+        start = time.perf_counter()
+        produced += stream.push([_frame(rng)]).shape[0]
+        _sync(decoder.device)
+        times.append(1000 * (time.perf_counter() - start))
+    first_audio = 1000 * (time.perf_counter() - t0)
+    assert produced > 0
+    return {
+        "first_frame_decode_ms": round(times[0], 2),
+        "first_audio_decode_ms_3_frames": round(first_audio, 2),
+        "first_audio_samples": produced,
+    }
+
+
+def run_batch(decoder: SnacStreamDecoder, streams: int, ticks: int, warm: int) -> dict[str, Any]:
+    rng = random.Random(streams)
+    batch = SnacBatch(decoder)
+    batch.join_many([(key, key) for key in range(streams)])
+    # stagger the streams' ages (one to four frames in) as in a live server
+    for age in range(4):
+        batch.step({k: [_frame(rng)] for k in range(streams) if k % 4 >= age})
+    times = []
+    gpu_times = []
+    cuda = decoder.device.type == "cuda"
+    for tick in range(warm + ticks):
+        work = {k: [_frame(rng)] for k in range(streams)}
+        if cuda:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+        start = time.perf_counter()
+        out = batch.step(work)  # returns host arrays: the copy back is included
+        elapsed = 1000 * (time.perf_counter() - start)
+        if cuda:
+            end.record()
+            end.synchronize()
+            gpu = begin.elapsed_time(end)
+        assert len(out) == streams
+        if tick >= warm:
+            times.append(elapsed)
+            if cuda:
+                gpu_times.append(gpu)
+    times.sort()
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    mean = statistics.fmean(times)
+    line: dict[str, Any] = {
+        "streams": streams,
+        "ticks": ticks,
+        "tick_ms_p50": round(statistics.median(times), 2),
+        "tick_ms_p95": round(p95, 2),
+        "tick_ms_mean": round(mean, 2),
+        "real_time_factor": round(mean / FRAME_MS, 3),
+        "audio_s_per_s": round(streams * FRAME_MS / mean, 1),
+    }
+    if gpu_times:
+        line["gpu_ms_median"] = round(statistics.median(gpu_times), 2)
+    return line
+
+
+def ladder(max_streams: int) -> list[int]:
+    steps = [1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512]
+    steps += list(range(640, max_streams + 1, 128))
+    return [n for n in steps if n <= max_streams] or [max_streams]
+
+
+def machine(device: torch.device) -> dict[str, Any]:
+    versions = {}
+    for name in ("torch", "snac", "numpy"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[name] = importlib.metadata.version(name)
+    info: dict[str, Any] = {
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+        "versions": versions,
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--max-streams", type=int, default=1024)
+    parser.add_argument("--ticks", type=int, default=40, help="timed ticks per N")
+    parser.add_argument("--warm", type=int, default=5, help="untimed ticks per N")
+    parser.add_argument("--p95-ms", type=float, default=20.0)
+    parser.add_argument("--check-frames", type=int, default=12)
+    parser.add_argument("--budget-s", type=float, default=300, help="stop the ladder after this")
+    parser.add_argument("--noise", choices=("keyed", "off"), default="keyed")
+    parser.add_argument(
+        "--full-ladder", action="store_true", help="climb to --max-streams even past the limit"
+    )
+    args = parser.parse_args()
+    started = time.monotonic()
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    model = build_snac_24khz().to(device)
+    decoder = SnacStreamDecoder(model, device, noise=args.noise)
+    print(json.dumps(machine(device)), flush=True)
+    snr = check_exact(model, decoder, args.check_frames)
+    print(json.dumps({"check": "streamed_vs_offline", "frames": args.check_frames, "snr_db": snr}))
+    best = 0
+    stopped = None
+    for streams in ladder(args.max_streams):
+        line = run_batch(decoder, streams, args.ticks, args.warm)
+        ok = line["tick_ms_p95"] <= args.p95_ms and line["tick_ms_mean"] < FRAME_MS
+        line["ok"] = ok
+        print(json.dumps(line), flush=True)
+        if ok:
+            best = streams
+        elif not args.full_ladder and line["tick_ms_p95"] > 2 * max(args.p95_ms, FRAME_MS):
+            stopped = "p95 far past the limit"
+            break
+        if time.monotonic() - started > args.budget_s:
+            stopped = "time budget"
+            break
+    summary: dict[str, Any] = {
+        "summary": True,
+        "largest_streams_real_time_p95_ok": best,
+        "p95_limit_ms": args.p95_ms,
+        "frame_ms": round(FRAME_MS, 2),
+        "lookahead_samples": decoder.lookahead_samples,
+        "snr_db": snr,
+        "ladder_stopped": stopped,
+        "elapsed_s": round(time.monotonic() - started, 1),
+        **first_frame(decoder),
+    }
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()
