@@ -16,11 +16,16 @@ real time.  Prints one JSON line per method, then one with the machine.
 
 from __future__ import annotations
 
+import os
+
+# before torch loads: idle OpenMP threads must not spin on a shared 2-core
+# machine (the gateway sets the same in gateway/vocoders/__init__.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import contextlib
 import importlib.metadata
 import json
-import os
 import platform
 import random
 import statistics
