@@ -172,15 +172,22 @@ class _Call:
     end: list[int | None]  #: each row's length in latent frames, once known
     frames: int  #: latent frames this push (all rows alike)
     device: torch.device
-    _start_t: torch.Tensor | None = None
-    _end_t: torch.Tensor | None = None
     seeds: list[int] = field(default_factory=list)
+    #: the same as tensors on the device (given: a CUDA graph's static inputs)
+    start_t: torch.Tensor | None = None
+    seeds_t: torch.Tensor | None = None
+    _end_t: torch.Tensor | None = None
+
+    def noise_keys(self, block: int) -> torch.Tensor:
+        if self.seeds_t is None:
+            self.seeds_t = torch.tensor(self.seeds, dtype=torch.int64, device=self.device)
+        return self.seeds_t * 8 + block  # _noise_key, on the device
 
     def _positions(self, rate: int, delay: int, n: int) -> torch.Tensor:
-        if self._start_t is None:
-            self._start_t = torch.tensor(self.start, dtype=torch.int64, device=self.device)
+        if self.start_t is None:
+            self.start_t = torch.tensor(self.start, dtype=torch.int64, device=self.device)
         steps = torch.arange(n, dtype=torch.int64, device=self.device)
-        return (self._start_t * rate - delay)[:, None] + steps
+        return (self.start_t * rate - delay)[:, None] + steps
 
     def mask(self, x: torch.Tensor, rate: int, delay: int) -> torch.Tensor:
         """Zero the samples of ``x`` (``rate`` per latent frame, ``delay``
@@ -236,7 +243,10 @@ def _pointwise(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None)
 
 
 def _snake(x: torch.Tensor, alpha: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
-    return x + inv * torch.sin(alpha * x).pow(2)
+    """SNAC's snake, ``x + sin(alpha x)^2 / (alpha + 1e-9)``, in four passes
+    over ``x`` instead of five (in place after the first)."""
+    t = torch.sin_(alpha * x)
+    return torch.addcmul(x, inv, t.square_())
 
 
 class _Layer:
@@ -292,7 +302,7 @@ class _Conv(_Layer):
     def run(self, x: torch.Tensor, state: list[torch.Tensor], call: _Call) -> torch.Tensor:
         if self.span:
             x = torch.cat((state[self.slot], x), dim=2)
-            state[self.slot] = x[:, :, -self.span :]
+            state[self.slot].copy_(x[:, :, -self.span :])  # in place: graph-capturable
         if self.pointwise is not None:
             out = _pointwise(x, self.pointwise, self.bias)
         else:
@@ -341,7 +351,7 @@ class _Up(_Layer):
 
     def run(self, x: torch.Tensor, state: list[torch.Tensor], call: _Call) -> torch.Tensor:
         buf = torch.cat((state[self.slot], x), dim=2)
-        state[self.slot] = buf[:, :, -1:]
+        state[self.slot].copy_(buf[:, :, -1:])
         pairs = torch.cat((buf[:, :, :-1], buf[:, :, 1:]), dim=1)  # [B, 2 in, n]
         # time-major GEMM: [B, n, 2 in] x [2 in, s*out] (MKL's best shape here)
         rows, _, n = pairs.shape
@@ -363,12 +373,9 @@ class _Noise(_Layer):
         self.block, self.rate, self.delay = block, rate, delay
 
     def run(self, x: torch.Tensor, state: list[torch.Tensor], call: _Call) -> torch.Tensor:
-        keys = torch.tensor(
-            [_noise_key(seed, self.block) for seed in call.seeds],
-            dtype=torch.int64,
-            device=x.device,
+        noise = keyed_noise(
+            call.noise_keys(self.block), call._positions(self.rate, self.delay, x.shape[-1])
         )
-        noise = keyed_noise(keys, call._positions(self.rate, self.delay, x.shape[-1]))
         return x + noise[:, None, :].to(x.dtype) * _pointwise(x, self.weight, None)
 
 
@@ -390,7 +397,7 @@ class _Residual(_Layer):
         for layer in self.branch:
             y = layer.run(y, state, call)
         buf = torch.cat((state[self.slot], x), dim=2)
-        state[self.slot] = buf[:, :, -self.hold :]
+        state[self.slot].copy_(buf[:, :, -self.hold :])
         return y + buf[:, :, : x.shape[-1]]
 
 
@@ -476,6 +483,10 @@ class SnacStreamDecoder:
             self.proj_w = [q.out_proj.weight.detach()[:, :, 0].to(device) for q in quantizers]
             self.proj_b = [q.out_proj.bias.detach().to(device) for q in quantizers]
             self.layers, self.slots = _compile(model.decoder, noise, device)
+            self.level_index = [
+                torch.tensor(positions, dtype=torch.int64, device=device)
+                for positions in _LEVEL_POSITIONS
+            ]
         self.latent_dim = int(self.proj_w[0].shape[0])
         self.samples_per_frame = LATENT_PER_FRAME * self.hop_length
         #: samples by which the streamed output trails the codes pushed
@@ -488,7 +499,8 @@ class SnacStreamDecoder:
         rows, frames, _ = codes.shape
         z: torch.Tensor | None = None
         for level, positions in enumerate(_LEVEL_POSITIONS):
-            picked = codes[:, :, list(positions)].reshape(rows, frames * len(positions))
+            picked = codes.index_select(2, self.level_index[level])
+            picked = picked.reshape(rows, frames * len(positions))
             emb = functional.embedding(picked, self.codebooks[level])
             part = functional.linear(emb, self.proj_w[level], self.proj_b[level])
             part = part.repeat_interleave(LATENT_PER_FRAME // len(positions), dim=1)

@@ -223,3 +223,14 @@ def test_load_from_folder(model: torch.nn.Module, tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"sampling_rate": 44100}))
     with pytest.raises(UnsupportedSnacError):
         load_snac_24khz(tmp_path)
+
+
+def test_graphed_tick_needs_cuda(model: torch.nn.Module) -> None:
+    """``GraphedTick`` is measured on a GPU (bench/snac_gpu_bench.py checks it
+    against the eager tick there); on the CPU it refuses plainly."""
+    from gateway.vocoders.snac_graph import GraphedTick
+
+    batch = SnacBatch(SnacStreamDecoder(model, CPU))
+    batch.join("x")
+    with pytest.raises(ValueError, match="CUDA"):
+        GraphedTick(batch)
