@@ -51,6 +51,12 @@ model was trained with its noise; keyed noise keeps that and stays exact and
 reproducible per seed).  ``decode_offline`` is the whole-utterance reference
 in either mode, built from SNAC's own modules.
 
+Kernels.  1x1 and transposed convolutions run as GEMMs (time-major, one
+``linear`` over every row and column); the 7-tap depthwise ones through
+oneDNN directly on the CPU (torch's dispatch picks slow reference kernels
+for small inputs), cuDNN on CUDA.  State tensors are updated in place, so a
+steady batch's tick can be captured as a CUDA graph (``snac_graph.py``).
+
 What it must not do: pad with zeros anywhere but the utterance's edges, keep
 state across utterances (a stream is one utterance), download anything, or
 be used from two threads at once.
@@ -589,6 +595,8 @@ class SnacBatch:
                     out.update({k: np.zeros(0, np.float32) for k in keys})
                     continue
                 codes = torch.tensor([list(map(list, frames[k])) for k in keys], dtype=torch.int64)
+                if codes.shape[2] != 7 or int(codes.min()) < 0 or int(codes.max()) >= 4096:
+                    raise ValueError("a frame is 7 codes in 0..4095 (see codes.CodeMapper)")
                 latent = self.decoder.latent(codes.to(self.decoder.device))
                 out.update(self._push(keys, latent))
         return out

@@ -209,6 +209,11 @@ def test_batch_rejects_misuse(model: torch.nn.Module) -> None:
         batch.join("x")
     with pytest.raises(KeyError):
         batch.step({"y": _frames(1, 1)})
+    with pytest.raises(ValueError, match="7 codes"):
+        batch.step({"x": [(0, 1, 2, 3, 4, 5, 4096)]})
+    with pytest.raises(ValueError, match="7 codes"):
+        batch.step({"x": [(0, 1, 2, 3, 4, 5)]})
+    assert batch.rows["x"].pushed == 0  # nothing was decoded
 
 
 def test_load_from_folder(model: torch.nn.Module, tmp_path: Path) -> None:
