@@ -37,7 +37,7 @@ The carried state of ``DecoderStream`` has no batch dimension (time-major
 so streams are not stacked: see docs/engine.md.
 
     python bench/vocoder_cuda.py prepare --data artifacts/device
-    python bench/vocoder_cuda.py run --data artifacts/device --out results.jsonl
+    PYTHONPATH=. python3 bench/vocoder_cuda.py run --data artifacts/device --out results.jsonl
 """
 
 from __future__ import annotations
