@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -25,6 +24,7 @@ from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
 from gateway.metrics import Metrics, watch_loop_lag
 from gateway.outbound import TransportMiddleware
+from gateway.resources import WEB_DIR
 from gateway.routes.speech import HttpSlots, log_format_support, speech_routes
 from gateway.routes.stream import stream_endpoint
 from gateway.routes.voices import voice_routes
@@ -33,8 +33,6 @@ from gateway.settings import Settings
 from gateway.voice_store import VoiceStore
 
 log = logging.getLogger(__name__)
-
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
 
 async def healthz(request: Request) -> Response:
@@ -96,8 +94,9 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
         *speech_routes(),
         *voice_routes(),
     ]
-    if WEB_DIR.is_dir():
-        routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
+    # the demo page ships inside the package (gateway/resources.py): serve it
+    # unconditionally, so a packaging mistake fails at start, not as a 404
+    routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
     # the stall timeout reaches uvicorn's transport through this (outbound.py)
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(TransportMiddleware)])
     app.state.gateway = state
