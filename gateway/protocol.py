@@ -19,7 +19,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from gateway.errors import ErrorCode, GatewayError
 
-PROTOCOL_VERSION = "1.0.0"
+PROTOCOL_VERSION = "1.1.0"
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "mulaw", "alaw"]
 ResponseFormat = Literal["wav", "pcm"]
