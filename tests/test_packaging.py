@@ -30,13 +30,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("src")
     shutil.copy(ROOT / "pyproject.toml", src)
     shutil.copy(ROOT / "README.md", src)
-    shutil.copytree(
-        ROOT / "gateway", src / "gateway", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    shutil.copytree(ROOT / "gateway", src / "gateway", ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "-q", str(src), "-w", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-q",
+            str(src),
+            "-w",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=180,
@@ -74,9 +83,7 @@ def test_wheel_contains_every_runtime_file(wheel: Path) -> None:
     assert missing == []
 
 
-def test_unpacked_wheel_serves_the_demo_page_from_elsewhere(
-    wheel: Path, tmp_path: Path
-) -> None:
+def test_unpacked_wheel_serves_the_demo_page_from_elsewhere(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
