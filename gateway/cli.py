@@ -53,7 +53,12 @@ def _serve(args: argparse.Namespace) -> int:
             " set api_keys (GATEWAY_API_KEYS)",
             settings.host,
         )
-    app = create_app(settings)
+    try:
+        # an engine checks here that its device settings can be honoured
+        app = create_app(settings)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     config = uvicorn.Config(app, **uvicorn_options(settings))  # type: ignore[arg-type]
     DrainingServer(config, app.state.gateway).run()
     return 0

@@ -36,11 +36,11 @@ from gateway.engines.base import (
     VoiceInfo,
 )
 from gateway.engines.decode_worker import DecodeWorker
-from gateway.engines.piper.acoustic import onnx_providers
+from gateway.engines.piper.acoustic import check_session_providers, onnx_providers
 from gateway.engines.piper.job import AcousticItem, PiperJob, Workers
 from gateway.engines.piper.threads import ThreadPlan, configure_torch_threads, default_threads
 from gateway.engines.piper.voice import LoadedVoice, VoiceFiles
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,19 @@ def bundled_voice() -> VoiceFiles:
 
 
 def torch_device(choice: str) -> torch.device:
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")
+    """``auto``: CUDA when torch can use it, else CPU (logged); ``cuda``: CUDA
+    or a ``SettingsError`` at start (a CPU torch build, no driver, no GPU)."""
+    cuda = torch.cuda.is_available()
+    if choice == "cuda" and not cuda:
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+        raise SettingsError(
+            f"device=cuda, but torch {torch.__version__} ({build} build) sees no usable CUDA"
+            " GPU: install the CUDA torch build on a host with an NVIDIA driver"
+            " (ACCELERATOR=cuda scripts/setup, docs/gpu.md), or set device to auto or cpu"
+        )
+    device = torch.device("cuda" if choice == "cuda" or (choice == "auto" and cuda) else "cpu")
+    log.info("device=%s: the vocoder runs on %s (torch %s)", choice, device, torch.__version__)
+    return device
 
 
 class PiperEngine(Engine):
@@ -73,7 +83,10 @@ class PiperEngine(Engine):
         self._workers: Workers | None = None
         self._live: set[PiperJob] = set()
         self._live_lock = threading.Lock()
+        # both checked here, before the server starts listening: a setting
+        # that cannot be honoured fails `serve` at once with its reason
         self.device = torch_device(settings.device)
+        self.providers = onnx_providers(settings.onnx_provider)
 
     @property
     def cache_root(self) -> Path:
@@ -92,7 +105,7 @@ class PiperEngine(Engine):
     def _load(self) -> None:
         settings = self.settings
         configure_torch_threads(settings.vocoder_threads or default_threads())
-        providers = onnx_providers(settings.onnx_provider)
+        providers = self.providers
         threads = settings.acoustic_threads or default_threads()
         # one-thread twins of the acoustic sessions only where ThreadPlan may use them
         light_twins = settings.acoustic_threads == 0 and not settings.deterministic
@@ -107,6 +120,7 @@ class PiperEngine(Engine):
                 settings.chunk_schedule,
                 light_twins,
             )
+            check_session_providers(settings.onnx_provider, voice.acoustic.encoder)
             name = voice.info.name
             if name.casefold() in self._by_name:
                 log.warning("voice %s listed twice; keeping the first", name)
