@@ -4,8 +4,9 @@
 #   docker build -t voice-gateway .                                   # CPU
 #   docker build -t voice-gateway:cuda --build-arg ACCELERATOR=cuda .  # CUDA host
 #
-# BASE may name another Python 3.11+ image (the README says how this file was
-# built here from a locally made Debian base, without a registry).
+# buildah/podman: add `--format docker` (the OCI format drops HEALTHCHECK).
+# BASE may name another Python 3.11+ image (docs/container.md: how this file
+# was built and run here from a locally made Debian base, without a registry).
 ARG BASE=python:3.11-slim
 FROM ${BASE}
 
