@@ -27,9 +27,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 
-from gateway.engines.base import AudioChunk, SynthesisRequest
+from gateway.engines.base import AudioChunk, SegmentRequest, StreamRequest
 from gateway.engines.piper import PiperEngine
-from gateway.settings import Settings
+from gateway.settings import PiperSettings, Settings
 
 SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
 
@@ -75,7 +75,8 @@ async def engine_runs(engine: PiperEngine, runs: int) -> dict[str, Any]:
     for run in range(runs + 2):
         t0 = time.perf_counter()
         first: float | None = None
-        job = engine.submit(SynthesisRequest(SENTENCE, "joe", first_in_utterance=True))
+        stream = engine.open_stream(StreamRequest("joe"))  # a new utterance each run
+        job = stream.submit(SegmentRequest(SENTENCE))
         samples = 0
         async for event in job:
             if isinstance(event, AudioChunk):
@@ -91,9 +92,9 @@ async def engine_runs(engine: PiperEngine, runs: int) -> dict[str, Any]:
         rows["encoder_ms"].append(stats.extra.get("encoder_ms", np.nan))
         rows["flow_first_ms"].append(stats.extra.get("flow_first_ms", np.nan))
         rows["flow_ms"].append(stats.extra.get("flow_ms", np.nan))
-        rows["acoustic_ms"].append(stats.acoustic_ms)
-        rows["decode_ms"].append(stats.decode_ms)
-        rows["rtf"].append((stats.acoustic_ms + stats.decode_ms) / audio_ms)
+        rows["acoustic_ms"].append(stats.extra.get("acoustic_ms", np.nan))
+        rows["decode_ms"].append(stats.extra.get("decode_ms", np.nan))
+        rows["rtf"].append(stats.compute_ms / audio_ms)
     return {name: summary(values) for name, values in rows.items()}
 
 
@@ -172,11 +173,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data_dir:
         settings = Settings(
             data_dir=data_dir,
-            device=args.device,
-            onnx_provider=args.onnx_provider,
-            chunk_schedule=[int(x) for x in args.schedule.split(",")],
-            acoustic_threads=args.acoustic_threads,
-            vocoder_threads=args.vocoder_threads,
+            piper=PiperSettings(
+                device=args.device,
+                onnx_provider=args.onnx_provider,
+                chunk_schedule=[int(x) for x in args.schedule.split(",")],
+                acoustic_threads=args.acoustic_threads,
+                vocoder_threads=args.vocoder_threads,
+            ),
         )
         engine = PiperEngine(settings)
         t0 = time.perf_counter()
@@ -195,8 +198,8 @@ def main() -> None:
                 "kind": "engine",
                 "sentence": SENTENCE,
                 "runs": args.runs,
-                "schedule": settings.chunk_schedule,
-                "threads": [settings.acoustic_threads, settings.vocoder_threads],
+                "schedule": settings.piper.chunk_schedule,
+                "threads": [settings.piper.acoustic_threads, settings.piper.vocoder_threads],
                 **result,
             }
         )

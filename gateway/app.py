@@ -25,7 +25,7 @@ from gateway.engines.registry import create_engine
 from gateway.metrics import Metrics, watch_loop_lag
 from gateway.outbound import TransportMiddleware
 from gateway.resources import WEB_DIR
-from gateway.routes.speech import HttpSlots, log_format_support, speech_routes
+from gateway.routes.speech import log_format_support, speech_routes
 from gateway.routes.stream import stream_endpoint
 from gateway.routes.voices import voice_routes
 from gateway.server_state import GatewayState
@@ -101,5 +101,4 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(TransportMiddleware)])
     app.state.gateway = state
     app.state.voice_store = voice_store
-    app.state.http_slots = HttpSlots(settings.max_http_streams, state.metrics)
     return app

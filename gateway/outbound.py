@@ -5,7 +5,8 @@ never interleave mid-message and a failed send stops the session's work
 (a dead socket must not keep the engine busy).  Sends are never cancelled
 half-way: producers stop instead.
 
-Stall timeout.  uvicorn's ``websockets-sansio`` implementation applies write
+Stall timeout (the policy is ``gateway.flow.stall``; the transport-specific
+close is here).  uvicorn's ``websockets-sansio`` implementation applies write
 backpressure: its ``send`` first awaits an ``asyncio.Event`` that the
 transport clears in ``pause_writing`` (write buffer over its high-water mark)
 and sets in ``resume_writing``, and only then serializes and writes the whole
@@ -51,16 +52,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from gateway import protocol
-from gateway.errors import CloseCode
+from gateway.flow.stall import (
+    STALL_CLOSE_CODE,
+    STALL_CLOSE_REASON,
+    STALL_CLOSE_TIMEOUT_S,
+    Stalled,
+    StallGuard,
+)
 from gateway.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 #: scope key under which ``TransportMiddleware`` stores uvicorn's protocol
 SCOPE_KEY = "gateway.ws_protocol"
-#: after a stall, how long the 4008 close frame may wait for the client to
-#: read it before the transport is aborted
-STALL_CLOSE_TIMEOUT_S = 2.0
 #: fixed kernel send buffer of a WebSocket connection (see above)
 SEND_BUFFER_BYTES = 65536
 
@@ -102,7 +106,7 @@ class Outbound:
         self._ws = websocket
         self._metrics = metrics
         self._lock = asyncio.Lock()
-        self._stall_timeout_s = stall_timeout_s
+        self._stall = StallGuard(stall_timeout_s)
         self._protocol: Any = websocket.scope.get(SCOPE_KEY)
         if self._protocol is not None:
             _cap_send_buffer(self._protocol.transport)
@@ -127,33 +131,34 @@ class Outbound:
             if self.gone:
                 raise ConnectionGone
             try:
-                async with asyncio.timeout(self._stall_timeout_s):
+                async with self._stall.send():
                     if text is not None:
                         await self._ws.send_text(text)
                     else:
                         assert data is not None
                         await self._ws.send_bytes(data)
-            except TimeoutError:
-                self._stall()
+            except Stalled:
+                self._close_stalled()
                 raise ConnectionGone from None
             except Exception as exc:  # any transport failure ends the session's work
                 self.gone = True
                 log.debug("send failed: %r", exc)
                 raise ConnectionGone from exc
 
-    def _stall(self) -> None:
-        """A send waited ``stall_timeout_s`` for the client to read: close
-        with 4008 now and abort the transport after the close timeout."""
+    def _close_stalled(self) -> None:
+        """A send stalled (``gateway.flow.stall``): write the 4008 close
+        frame past the full buffer now and abort the transport after the
+        close timeout."""
         self.gone = True
         self.stalled = True
-        log.info("send stalled for %.3g s: closing with 4008", self._stall_timeout_s)
+        log.info("send stalled for %.3g s: closing with 4008", self._stall.timeout_s)
         owner = self._protocol
         if owner is None:
             return
         transport = owner.transport
         try:
             if not transport.is_closing() and not owner.close_sent:
-                owner.conn.fail(int(CloseCode.STALL_TIMEOUT), "stall timeout")
+                owner.conn.fail(int(STALL_CLOSE_CODE), STALL_CLOSE_REASON)
                 transport.write(b"".join(owner.conn.data_to_send()))
                 owner.close_sent = True
                 transport.close()  # flushes what it can, then closes
@@ -170,9 +175,9 @@ class Outbound:
             self.gone = True
             try:
                 # a close frame waits for the write buffer like any send
-                async with asyncio.timeout(self._stall_timeout_s):
+                async with self._stall.send():
                     await self._ws.close(code, reason[:120])
-            except TimeoutError:
-                self._stall()
+            except Stalled:
+                self._close_stalled()
             except Exception as exc:  # already closed by the peer
                 log.debug("close failed: %r", exc)

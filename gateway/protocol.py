@@ -170,6 +170,20 @@ class VoiceDescription(msgspec.Struct, kw_only=True):
     streaming: bool
 
 
+class EngineCapabilities(msgspec.Struct, kw_only=True):
+    """What the session's engine can do (``Engine.capabilities``); since 1.1.0."""
+
+    sample_rates: list[int]  #: native rates of the voices, Hz
+    alignment: bool  #: word timings (``timestamps``) are available
+    cloning: bool  #: voices can be cloned from a recording (``voice.add``)
+    instructions: bool  #: a style prompt (``instructions``) is honoured
+    languages: list[str]  #: BCP-47 tags
+    #: ``segments``: the gateway segments the text; ``text_stream``: the engine does
+    input: Literal["segments", "text_stream"]
+    max_concurrency: int  #: utterances served well at once; 0: no own limit
+    typical_first_chunk_ms: float  #: engine time to a first chunk, typical, alone
+
+
 class Limits(msgspec.Struct, kw_only=True):
     max_message_bytes: int
     max_input_text_bytes: int
@@ -208,6 +222,8 @@ class SessionCreated(_Message, tag="session.created", kw_only=True):
     voices: list[VoiceDescription]
     defaults: EffectiveConfig
     limits: Limits
+    #: since 1.1.0 (absent from older servers)
+    capabilities: EngineCapabilities | None = None
 
 
 class SessionUpdated(_Message, tag="session.updated", kw_only=True):

@@ -5,9 +5,10 @@ decides where one speakable *segment* (a sentence, or a clause for the first
 segment of an utterance) ends, so synthesis can start before the text is
 complete.  The rules are specified in ``docs/segmentation.md``.
 
-This module is pure: no I/O, no asyncio, no clock.  The session layer owns the
-timing (it calls :meth:`Segmenter.eager` after ``eager_wait_ms`` without text)
-and the protocol.
+This module is pure: no I/O, no asyncio, no clock.  It knows where the text
+*may* be cut; when an earlier cut below sentence level is worth its prosody
+cost is decided by ``gateway.segment_policy`` from the listener's buffer,
+through :meth:`Segmenter.candidates` and :meth:`Segmenter.cut_at`.
 
 Design: chunking invariance
 ---------------------------
@@ -26,22 +27,26 @@ For any chunking of the same text, ``push`` of every chunk followed by
   leading whitespace, so the state after a push does not depend on how the
   text was split.
 
-``eager`` is the one deliberate exception: it cuts on a timer, so it depends
-on timing by definition.
+:meth:`Segmenter.cut_at` is the one deliberate exception: the policy calls it
+when the listener's buffer runs low, so it depends on timing by definition
+(the policy keeps its own, timed, invariance; see ``segment_policy``).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 __all__ = [
-    "DEFAULT_EAGER_MIN_WORDS",
     "DEFAULT_MAX_CHARS",
     "GRANULARITIES",
+    "Candidate",
+    "CandidateKind",
     "Granularity",
     "Segmenter",
+    "end_kind",
     "is_speakable",
 ]
 
@@ -50,8 +55,6 @@ GRANULARITIES: Final[tuple[str, ...]] = get_args(Granularity)
 
 #: Default length cap of one segment, in code points.
 DEFAULT_MAX_CHARS: Final = 300
-#: Default number of complete words ``eager()`` needs before it cuts.
-DEFAULT_EAGER_MIN_WORDS: Final = 4
 
 # --- character classes -------------------------------------------------------
 
@@ -89,9 +92,56 @@ _INITIALISM: Final = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
 # unless the next word starts in lower case.
 _WEAK_DOTTED: Final = frozenset({"a.m", "p.m"})
 
+
+# Words after which a cut below clause level is never made (it would leave an
+# article, preposition or conjunction hanging at the end of a segment), and
+# words a cut may come right before (the start of a phrase).  English only;
+# in other languages every word boundary is a plain ``word`` candidate.
+def _word_set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+_NO_CUT_AFTER: Final = _word_set(
+    "a an the of to in on at for with by from into onto upon about as and or nor but"
+    " so if than that this these those my your his her its our their is are was were"
+    " be been am not no very just more most less such"
+)
+_PHRASE_STARTERS: Final = _word_set(
+    "and but or so because which who whom whose where when while although though"
+    " since until unless whereas if then that before after"
+)
+
 _CUT: Final = 0
 _NO: Final = 1
 _WAIT: Final = 2
+
+
+CandidateKind = Literal["clause", "phrase", "word"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A decided place where the buffered text may be cut below sentence level."""
+
+    end: int  #: offset in the buffered text, after its leading whitespace
+    kind: CandidateKind  #: ``phrase``: the next word starts a phrase (``and``, ``which``)
+    words: int  #: speakable words before the cut
+
+
+def end_kind(segment: str) -> Literal["sentence", "clause"] | None:
+    """How ``segment`` ends: at sentence or clause punctuation, or neither
+    (a cut below clause level, a cap cut or the end of the input).
+
+    Closing quotes and brackets after the punctuation are skipped."""
+    body = segment.rstrip().rstrip(_CLOSERS)
+    if not body:
+        return None
+    last = body[-1]
+    if last in _CLAUSE:
+        return "clause"
+    if last in _PUNCT:
+        return "sentence"
+    return None
 
 
 def is_speakable(text: str) -> bool:
@@ -158,19 +208,15 @@ class Segmenter:
         self,
         granularity: Granularity = "auto",
         *,
-        eager_min_words: int = DEFAULT_EAGER_MIN_WORDS,
         max_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
         if granularity not in GRANULARITIES:
             raise ValueError(
                 f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}"
             )
-        if eager_min_words < 1:
-            raise ValueError(f"eager_min_words must be at least 1, got {eager_min_words}")
         if max_chars < 1:
             raise ValueError(f"max_chars must be at least 1, got {max_chars}")
         self._mode: Granularity = granularity
-        self._eager_min_words = eager_min_words
         self._max = max_chars
         self._buf = ""
         self._emitted = False  # a segment of the current utterance has left
@@ -182,24 +228,13 @@ class Segmenter:
         return self._mode
 
     @property
-    def max_chars(self) -> int:
-        return self._max
-
-    @property
-    def eager_min_words(self) -> int:
-        return self._eager_min_words
-
-    @property
     def buffered(self) -> str:
         """Text accepted and not yet emitted (may start with whitespace)."""
         return self._buf
 
     @property
     def awaiting_first_segment(self) -> bool:
-        """True while ``eager()`` could still cut (``auto``, nothing emitted yet).
-
-        The session may use it to decide whether to arm its eager timer.
-        """
+        """True in ``auto`` mode while no segment of this utterance has left."""
         return self._mode == "auto" and not self._emitted
 
     def push(self, text: str) -> list[str]:
@@ -211,31 +246,66 @@ class Segmenter:
             return []
         return [p.strip() for p in self._drain(final=False)]
 
-    def eager(self) -> list[str]:
-        """Cut the first segment early, at the last complete word.
+    def candidates(self) -> list[Candidate]:
+        """The decided places where the buffered text may be cut early.
 
-        Only in ``auto`` mode, only while no segment of this utterance has
-        been emitted, and only when at least ``eager_min_words`` complete
-        words (words followed by whitespace) are buffered.  Otherwise ``[]``.
+        Only in ``auto`` mode; only in the text after the last segment, which
+        (after :meth:`push`) holds no decided sentence boundary.  Each place is
+        decided on confirmed text, as every boundary is: a clause mark once the
+        character after it is known, a word boundary once the next word has
+        begun.  Never inside a number, URL, e-mail address or other token
+        without whitespace, never right after an abbreviation, an initial or a
+        word that leaves the segment hanging (``the``, ``of``, ``and``), never
+        between two numbers.  None at all while the buffer ends in sentence
+        punctuation whose meaning is undecided: the sentence may be complete.
+        ``phrase`` is a word boundary before a word that starts a phrase; it
+        needs that word complete (followed by whitespace).
         """
-        if not self.awaiting_first_segment:
+        if self._mode != "auto":
             return []
+        body = self._buf.lstrip()
+        n = len(body)
+        out: list[Candidate] = []
+        clause_ends: set[int] = set()
+        for m in _CLUSTER.finditer(body):
+            s, e = m.span()
+            decision = self._decide(body, m.group(), s, e, final=False, clause_ok=True)
+            sig = [ch for ch in m.group() if ch in _PUNCT]
+            if decision == _WAIT:
+                if sig[-1] not in _CLAUSE:
+                    # the sentence may be complete (text sent whole, then
+                    # flushed): never cut it early
+                    return []
+                n = s  # nothing after an undecided boundary is decided
+                break
+            if decision == _CUT and sig[-1] in _CLAUSE and _has_speakable(body, 0, s):
+                clause_ends.add(e)
+        for i in range(1, n):
+            if i in clause_ends:
+                out.append(Candidate(i, "clause", self._words(body, i)))
+                continue
+            if not (_is_break_space(body[i]) and not body[i - 1].isspace()):
+                continue
+            if end_kind(body[:i]) is not None:
+                continue  # punctuation that is no boundary here (``Dr.``, ``e.g.,``)
+            if self._cut_ok(body, i, final=False) != _CUT:
+                continue
+            kind = self._word_kind(body, i)
+            if kind is not None:
+                out.append(Candidate(i, kind, self._words(body, i)))
+        return out
+
+    def cut_at(self, end: int) -> str:
+        """Emit the buffered text up to ``end`` (a :meth:`candidates` offset)
+        as a segment, stripped."""
         buf = self._buf
         body = buf.lstrip()
+        if not 0 < end <= len(body):
+            raise ValueError(f"cut offset {end} outside the buffered text")
         lead = len(buf) - len(body)
-        cut = 0
-        for i in range(min(len(body) - 1, self._max), 0, -1):
-            if _is_break_space(body[i]) and self._cut_ok(body, i, final=True) == _CUT:
-                cut = i
-                break
-        if cut == 0:
-            return []
-        words = sum(1 for word in body[:cut].split() if is_speakable(word))
-        if words < self._eager_min_words:
-            return []
-        self._buf = buf[lead + cut :]
+        self._buf = buf[lead + end :]
         self._emitted = True
-        return [body[:cut].strip()] + [p.strip() for p in self._drain(final=False)]
+        return body[:end].strip()
 
     def flush(self) -> list[str]:
         """Emit everything buffered, cut at sentence boundaries (and the cap).
@@ -299,6 +369,33 @@ class Segmenter:
             pieces.append(buf[:end])
             self._buf = buf[end:]
             self._emitted = True
+
+    @staticmethod
+    def _words(body: str, end: int) -> int:
+        return sum(1 for word in body[:end].split() if is_speakable(word))
+
+    def _word_kind(self, body: str, i: int) -> CandidateKind | None:
+        """``phrase`` or ``word`` for a cut at the whitespace ``body[i]``, or
+        None where a cut is not allowed."""
+        before = _token_before(body, i)
+        low = before.lower().rstrip(_CLOSERS)
+        if not is_speakable(before) or low.rstrip(".") in _NO_CUT_AFTER:
+            return None
+        if before.endswith(".") and self._period_never_breaks(body, i - 1):
+            return None
+        j = i
+        while j < len(body) and body[j].isspace():
+            j += 1
+        k = j
+        while k < len(body) and not body[k].isspace():
+            k += 1
+        after = body[j:k]
+        if before[-1:].isdigit() and after[:1].isdigit():
+            return None  # 3 000, 12 34: possibly one number
+        complete = k < len(body)
+        if complete and after.lower().lstrip(_OPENERS) in _PHRASE_STARTERS:
+            return "phrase"
+        return "word"
 
     def _cap_pieces(self) -> list[str]:
         """``none`` mode at flush: cut by the length cap only."""

@@ -7,38 +7,27 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.engines.base import Engine
+from gateway.errors import CloseCode
+from gateway.flow.admission import Admission
 from gateway.metrics import Metrics
+from gateway.outbound import ConnectionGone
 from gateway.settings import Settings
-
-if TYPE_CHECKING:
-    from gateway.session import Session
 
 log = logging.getLogger(__name__)
 
 
-class StreamAdmission:
-    """At most ``limit`` utterances stream at once across the server; beyond
-    that a new utterance is refused with ``busy`` rather than slowing
-    everyone (the limit is set from measured capacity)."""
+class LiveSession(Protocol):
+    """What a shutdown needs of an open WebSocket session
+    (``gateway.routes.stream.Connection``)."""
 
-    def __init__(self, limit: int, metrics: Metrics) -> None:
-        self.limit = limit
-        self.active = 0
-        self._metrics = metrics
+    def busy(self) -> bool: ...
 
-    def try_acquire(self) -> bool:
-        if self.active >= self.limit:
-            return False
-        self.active += 1
-        self._metrics.streams_active.set(self.active)
-        return True
+    async def begin_drain(self) -> None: ...
 
-    def release(self, count: int = 1) -> None:
-        self.active = max(0, self.active - count)
-        self._metrics.streams_active.set(self.active)
+    async def close(self, code: int, reason: str) -> None: ...
 
 
 class RateLimiter:
@@ -68,22 +57,25 @@ class GatewayState:
     ready: bool = False
     shutting_down: bool = False
     sessions: int = 0
-    live_sessions: set[Session] = field(default_factory=set)
+    live_sessions: set[LiveSession] = field(default_factory=set)
     sessions_by_client: dict[str, int] = field(default_factory=dict)
     connection_rates: dict[str, RateLimiter] = field(default_factory=dict)
-    admission: StreamAdmission = field(init=False)
+    #: utterances streaming at once over WebSockets (``max_active_streams``)
+    admission: Admission = field(init=False)
+    #: HTTP speech responses in progress (``max_http_streams``)
+    http_admission: Admission = field(init=False)
 
     def __post_init__(self) -> None:
-        self.admission = StreamAdmission(self.settings.max_active_streams, self.metrics)
+        self.admission = Admission(self.settings.max_active_streams, self.metrics.streams_active)
+        self.http_admission = Admission(
+            self.settings.max_http_streams, self.metrics.http_streams_active
+        )
 
     async def drain(self) -> None:
         """Graceful shutdown: refuse new sessions (``/readyz`` 503, 1013),
         cancel and report utterances without ``input.done``, let the others
         finish for up to ``drain_timeout_s``, then close every session with
         1001 (reporting what was still in progress)."""
-        from gateway.errors import CloseCode
-        from gateway.outbound import ConnectionGone
-
         self.shutting_down = True
         sessions = list(self.live_sessions)
         log.info("draining %d sessions (up to %g s)", len(sessions), self.settings.drain_timeout_s)

@@ -1,9 +1,21 @@
-"""One WebSocket session: state, contexts and the full-duplex reader.
+"""The session core: one WebSocket session's state machine, without I/O.
 
-The reader never waits on synthesis: it decodes a client message, updates
-state and returns to the socket, so ``cancel`` and ``playback`` are handled
-while audio is being produced.  Audio is produced by ``speaker.AudioStream``
-tasks; every send goes through ``outbound.Outbound``.
+``Session.handle`` takes one decoded client message and returns the
+*actions* that follow from it: server messages to send, a ``Close`` of the
+connection, or an ``AnswerVoiceRequest`` for the route to answer (the voice
+store does I/O).  The route (``gateway.routes.stream``) performs them; the
+core never awaits a send, so its logic is tested without a server
+(``tests/test_session_core.py``).
+
+Audio is the exception by design: the core hands each speakable segment to
+an ``AudioStream`` (``gateway.speaker``), whose task submits it to the
+engine and writes the frames through the session's one bounded sender
+(``gateway.outbound.Outbound``), in order with the events about them.  The
+streams tell the core when a segment ends or cancelled audio stopped
+(``StreamHost``) and send the messages the core returns.
+
+The reader never waits on synthesis: ``cancel`` and ``playback`` are
+handled while audio is being produced.
 
 Lifecycle: ``OPEN`` (after ``session.created``) -> ``CLOSING`` (close asked,
 error or disconnect: work is being cancelled) -> ``CLOSED``.  An illegal
@@ -18,38 +30,29 @@ import logging
 import time
 import uuid
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import msgspec
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, assert_never
 
 from gateway import protocol
-from gateway.audio.resample import StreamResampler
-from gateway.engines.base import DecodeBudget, Engine, SynthesisJob
+from gateway.cancel_report import cancel_report
+from gateway.contexts import Context, Contexts
+from gateway.engines.base import Engine
+from gateway.engines.capabilities import capabilities_message
 from gateway.errors import CloseCode, ErrorCode, GatewayError
-from gateway.flow import FlowWindow
-from gateway.outbound import ConnectionGone, Outbound
+from gateway.flow.admission import Admission
+from gateway.flow.budget import DecodeBudget
+from gateway.segment_policy import LOAD_ALLOWANCE_S, PolicyConfig, SegmentPolicy
 from gateway.segmenter import Segmenter
 from gateway.session_config import apply_config, default_config
-from gateway.speaker import AudioStream, Segment
+from gateway.speaker import SECONDS_PER_CHAR, AudioStream, Segment, Sender, StreamEnv
 from gateway.utterance import Sentence, Utterance
-from gateway.voices import (
-    add_voice,
-    decode_base64_audio,
-    find_speakable_voice,
-    remove_voice,
-    voice_listing,
-)
+from gateway.voice_requests import VoiceRequest
 
 if TYPE_CHECKING:
     from gateway.metrics import Metrics
-    from gateway.server_state import StreamAdmission
     from gateway.settings import Settings
-    from gateway.voice_store import VoiceStore
 
 log = logging.getLogger(__name__)
-
-DEFAULT_CONTEXT: str | None = None
 
 
 class SessionLog(logging.LoggerAdapter[logging.Logger]):
@@ -66,56 +69,62 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-@dataclass(eq=False)
-class Context:
-    id: str | None
-    number: int
-    segmenter: Segmenter
-    #: the utterance accepting text (until its ``input.done``)
-    utterance: Utterance | None = None
-    #: utterances whose ``input.done`` arrived and whose audio is still going out
-    pending: list[Utterance] = field(default_factory=list)
-    #: cancelled utterances whose report waits for the stream's last frame
-    awaiting_report: list[Utterance] = field(default_factory=list)
-    sequence: int = 0  #: tagged-frame sequence number
-    stream: AudioStream | None = None  #: own stream under tagged framing
-    eager_timer: asyncio.TimerHandle | None = None
-    resampler: StreamResampler | None = None
-    resampler_utterance: Utterance | None = None
-    flow: FlowWindow = field(default_factory=FlowWindow)
-    underrun: bool = False  #: in an underrun episode (metrics count episodes)
+@dataclass(frozen=True)
+class Close:
+    """Close the connection (after cancelling and reporting its work)."""
+
+    code: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class AnswerVoiceRequest:
+    """A ``voice.*`` request for the route to answer (``gateway.voice_requests``)."""
+
+    request: VoiceRequest
+
+
+Action = protocol.ServerMessage | Close | AnswerVoiceRequest
 
 
 class Session:
     def __init__(
         self,
-        out: Outbound,
         engine: Engine,
         settings: Settings,
         metrics: Metrics,
-        admission: StreamAdmission,
-        voice_store: VoiceStore,
+        admission: Admission,
+        out: Sender,
     ) -> None:
-        self.admission = admission
-        #: decoded but unsent audio the session's engine jobs may hold
-        self.budget = DecodeBudget(settings.max_buffered_ms / 1000)
-        self.voice_store = voice_store
         self.id = uuid.uuid4().hex[:12]
-        self.out = out
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
+        self.admission = admission
+        #: decoded but unsent audio the session's engine jobs may hold
+        self.budget = DecodeBudget(settings.max_buffered_ms / 1000)
         self.state = State.OPEN
         self.config = default_config(engine.default_voice(), engine.name)
         self.config_accepted = False
         #: the server is shutting down: no new utterance starts
         self.draining = False
-        self.contexts: dict[str | None, Context] = {}
-        self._context_numbers = 0
+        self.contexts = Contexts(settings.max_contexts, self._context_live)
         self.utterances_started = 0
-        self.shared_stream = AudioStream(self, "shared")
-        self._voice_rates = {v.name: v.sample_rate for v in engine.voices()}
         self.log = SessionLog(log, {"session": self.id})
+        # the core never sends: it hands the sender to its audio streams
+        self._stream_env = StreamEnv(
+            engine=engine,
+            voice_rates={v.name: v.sample_rate for v in engine.voices()},
+            budget=self.budget,
+            out=out,
+            metrics=metrics,
+            label=self.id,
+            log=self.log,
+            host=self,
+        )
+        self.shared_stream = AudioStream(self._stream_env, "shared")
+        #: a context's own stream under tagged framing
+        self._context_streams: dict[Context, AudioStream] = {}
 
     # ------------------------------------------------------------------
     # state
@@ -161,73 +170,83 @@ class Session:
             ],
             defaults=self.config,
             limits=self.limits(),
+            capabilities=capabilities_message(self.engine.capabilities),
         )
-
-    def engine_voice_rate(self, voice: str) -> int:
-        return self._voice_rates[voice]
 
     def buffered_ms(self) -> float:
         """Audio decoded for this session and not yet sent, measured from the
         engine's statistics: an independent check of the budget (tests)."""
-        return sum(stream.unsent_ms() for stream in self._streams())
+        return sum(stream.unsent_ms() for stream in self.streams())
 
     def busy(self) -> bool:
         """Any utterance in progress, text buffered, segments queued or audio unsent."""
-        return any(self._context_live(c) for c in self.contexts.values())
+        return any(self._context_live(c) for c in self.contexts)
 
     def producing(self) -> bool:
         """Audio being synthesized, queued or sent (the idle timer waits for
         it).  Text waiting in the segmenter for more input does not count: a
         client that sends half a sentence and goes quiet is idle, and the
         idle close reports that text as unspoken."""
-        return any(
-            ctx.pending or self._stream_for(ctx).has_work_for(ctx) for ctx in self.contexts.values()
-        )
+        return any(ctx.pending or self._stream_for(ctx).has_work_for(ctx) for ctx in self.contexts)
 
     def _context_live(self, ctx: Context) -> bool:
         return bool(
             ctx.utterance is not None
             or ctx.pending
-            or ctx.segmenter.buffered.strip()
+            or ctx.policy.buffered.strip()
             or self._stream_for(ctx).has_work_for(ctx)
         )
+
+    def streams(self) -> list[AudioStream]:
+        return [self.shared_stream, *self._context_streams.values()]
 
     # ------------------------------------------------------------------
     # messages
     # ------------------------------------------------------------------
-    async def handle(self, message: protocol.ClientMessage) -> bool:
-        """Handle one decoded message; returns False when the session ends."""
+    def handle(self, message: protocol.ClientMessage) -> list[Action]:
+        """Handle one decoded message; returns what to send or do, in order.
+
+        A refused message returns its ``error`` (and a ``Close`` if fatal)."""
+        try:
+            return self._dispatch(message)
+        except GatewayError as error:
+            return self.report_error(error, getattr(message, "context_id", None))
+
+    def _dispatch(self, message: protocol.ClientMessage) -> list[Action]:
         match message:
             case protocol.SessionConfig():
-                await self._on_config(message)
+                return self._on_config(message)
             case protocol.InputText(text=text, context_id=cid):
-                await self._on_text(cid, text)
+                self._on_text(cid, text)
+                return []
             case protocol.InputFlush(context_id=cid):
                 self._on_flush(cid, done=False)
+                return []
             case protocol.InputDone(context_id=cid):
-                await self._on_done(cid)
+                return self._on_done(cid)
             case protocol.Cancel(context_id=cid):
-                await self.cancel(cid)
+                return self.cancel(cid)
             case protocol.Playback(played_ms=played, context_id=cid):
                 self._on_playback(cid, played)
+                return []
             case protocol.Ping(id=ping_id):
-                await self.out.event(protocol.Pong(id=ping_id))
+                return [protocol.Pong(id=ping_id)]
             case protocol.SessionClose():
-                await self.close(CloseCode.NORMAL, "session.close")
-                return False
+                return [Close(CloseCode.NORMAL, "session.close")]
             case protocol.VoiceList() | protocol.VoiceAdd() | protocol.VoiceRemove():
-                await self._on_voice(message)
-        return True
+                return [AnswerVoiceRequest(message)]
+            case _:
+                assert_never(message)
 
-    async def report_error(
+    def report_error(
         self,
         error: GatewayError,
         context_id: str | None = None,
         *,
         request_id: protocol.RequestId = None,
         may_be_fatal: bool = True,
-    ) -> bool:
-        """Send an ``error`` event; returns True if it was fatal.
+    ) -> list[Action]:
+        """The ``error`` event for ``error``, then a ``Close`` if it is fatal.
 
         ``may_be_fatal=False`` (a refused ``voice.*`` request) keeps the
         session open whatever the code's registry rule."""
@@ -236,7 +255,7 @@ class Session:
             spec.fatal == "always" or (spec.fatal == "first_config" and not self.config_accepted)
         )
         self.log.info("error %s: %s", error.code, error.message)
-        await self.out.event(
+        actions: list[Action] = [
             protocol.Error(
                 code=error.code,
                 message=error.message,
@@ -244,63 +263,13 @@ class Session:
                 context_id=context_id,
                 request_id=request_id,
             )
-        )
+        ]
         if fatal:
-            await self.close(spec.close_code or CloseCode.POLICY, str(error.code))
-        return fatal
+            actions.append(Close(spec.close_code or CloseCode.POLICY, str(error.code)))
+        return actions
 
-    async def _on_voice(
-        self, message: protocol.VoiceList | protocol.VoiceAdd | protocol.VoiceRemove
-    ) -> None:
-        """Voice management, through the functions the HTTP routes use.
-
-        The store's I/O runs in a worker thread; the reader waits for it (so
-        replies keep request order and a client cannot pile up uploads), while
-        audio already in progress keeps streaming.  A refusal is a non-fatal
-        ``error`` event carrying the request's ``request_id``."""
-        engine, settings, store = self.engine, self.settings, self.voice_store
-        result: protocol.ServerMessage
-        try:
-            match message:
-                case protocol.VoiceList(request_id=rid):
-                    listing = await voice_listing(engine, settings, store)
-                    result = protocol.VoiceListResult(request_id=rid, voices=listing["data"])
-                case protocol.VoiceAdd(request_id=rid):
-                    voice = await add_voice(
-                        engine,
-                        settings,
-                        store,
-                        name=message.name,
-                        data=decode_base64_audio(message.audio),
-                        consent=message.consent,
-                        ref_text=message.ref_text,
-                        description=message.description,
-                    )
-                    result = protocol.VoiceAddResult(request_id=rid, voice=voice)
-                case protocol.VoiceRemove(name=name, request_id=rid):
-                    removed = await remove_voice(engine, settings, store, name)
-                    result = protocol.VoiceRemoveResult(
-                        request_id=rid, name=removed["name"], id=removed["id"]
-                    )
-        except GatewayError as error:
-            await self.report_error(error, request_id=message.request_id, may_be_fatal=False)
-            return
-        await self.out.event(result)
-
-    async def _on_config(self, message: protocol.SessionConfig) -> None:
-        # aliases (``alloy`` ...) and uploaded voices resolve as in the HTTP API
-        names = {}
-        given = [v for v in (message.voice, message.speaker) if isinstance(v, str)]
-        conflicting = len({v.strip().casefold() for v in given}) > 1  # apply_config says so
-        for field_name in () if conflicting else ("voice", "speaker"):
-            raw = getattr(message, field_name)
-            if isinstance(raw, str) and self.engine.find_voice(raw) is None:
-                voice = await find_speakable_voice(
-                    self.engine, self.settings, self.voice_store, raw
-                )
-                names[field_name] = voice.name
-        if names:
-            message = msgspec.structs.replace(message, **names)
+    def _on_config(self, message: protocol.SessionConfig) -> list[Action]:
+        """``message`` has its voice names resolved (``VoiceDesk.resolve_config_voices``)."""
         new = apply_config(self.config, message, self.engine.voices(), self.engine.name)
         if self.busy() and (new.framing != self.config.framing):
             raise GatewayError(
@@ -311,49 +280,68 @@ class Session:
             )
         self.config = new
         self.config_accepted = True
-        await self.out.event(protocol.SessionUpdated(config=new, limits=self.limits()))
+        return [protocol.SessionUpdated(config=new, limits=self.limits())]
 
-    def _context(self, cid: str | None, create: bool) -> Context | None:
-        ctx = self.contexts.get(cid)
-        if ctx is not None or not create:
-            return ctx
-        live = sum(1 for c in self.contexts.values() if self._context_live(c))
-        if live >= self.settings.max_contexts:
-            raise GatewayError(
-                ErrorCode.INVALID_STATE,
-                f"too many live contexts (limit {self.settings.max_contexts});"
-                " finish or cancel one first",
-            )
-        # an idle context keeps its positions while its id may be reused;
-        # forget the idle ones only when many ids have been seen
-        if len(self.contexts) >= 4 * self.settings.max_contexts:
-            for key in [k for k, c in self.contexts.items() if not self._context_live(c)]:
-                del self.contexts[key]
-        self._context_numbers = (self._context_numbers + 1) % 65536
-        ctx = Context(
-            id=cid,
-            number=self._context_numbers,
-            segmenter=self._new_segmenter(),
-        )
-        self.contexts[cid] = ctx
+    def _context(self, cid: str | None) -> Context:
+        ctx, forgotten = self.contexts.get_or_create(cid, self._new_policy)
+        for old in forgotten:
+            stream = self._context_streams.pop(old, None)
+            if stream is not None:
+                stream.discard()
         return ctx
 
-    def _new_segmenter(self) -> Segmenter:
-        return Segmenter(
-            self.config.split_granularity,
-            eager_min_words=self.settings.eager_min_words,
-            max_chars=self.settings.max_segment_chars,
+    # --- segmentation policy (docs/segmentation.md) ---------------------
+    def _new_policy(self, segmenter: Segmenter | None = None) -> SegmentPolicy:
+        if segmenter is None or segmenter.granularity != self.config.split_granularity:
+            segmenter = Segmenter(
+                self.config.split_granularity, max_chars=self.settings.max_segment_chars
+            )
+        config = PolicyConfig(
+            # the engine's own time to first chunk, with room for load
+            lead_s=self.engine.capabilities.typical_first_chunk_s + LOAD_ALLOWANCE_S,
+            first_min_words=self.settings.first_segment_min_words,
+            min_words=self.settings.phrase_min_words,
+            seconds_per_char=SECONDS_PER_CHAR / self.config.speed,
         )
+        # one WAV per segment without streamed audio: no early cuts there
+        return SegmentPolicy(segmenter, config, timed=self.config.stream_audio)
 
-    async def _on_text(self, cid: str | None, text: str) -> None:
+    def _ahead_s(self, ctx: Context, now: float) -> float:
+        """Audio ahead of the context's listener: sent and unplayed, plus the
+        estimated rest of every segment committed and not yet fully sent."""
+        ahead = ctx.listener.ahead_s(now)
+        for utt in [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]:
+            for sentence in utt.sentences:
+                if sentence.finished or utt.cancelled:
+                    continue
+                estimate = len(sentence.text) * SECONDS_PER_CHAR / utt.config.speed
+                sent = (utt.sent_ms - sentence.start_ms) / 1000 if sentence.started else 0.0
+                ahead += max(0.0, estimate - sent)
+        return ahead
+
+    def _arm_segment_timer(self, ctx: Context, now: float, ahead: float) -> None:
+        ctx.cancel_segment_timer()
+        at = ctx.policy.next_check(now, ahead) if ctx.utterance is not None else None
+        if at is not None:
+            loop = asyncio.get_running_loop()
+            ctx.segment_timer = loop.call_later(max(0.0, at - now), self._segment_fire, ctx)
+
+    def _segment_fire(self, ctx: Context) -> None:
+        ctx.segment_timer = None
+        if self.state is State.OPEN and ctx.utterance is not None:
+            now = time.monotonic()
+            ahead = self._ahead_s(ctx, now)
+            self._enqueue(ctx, [c.text for c in ctx.policy.poll(now, ahead)])
+            self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
+
+    def _on_text(self, cid: str | None, text: str) -> None:
         if len(text.encode("utf-8", "surrogatepass")) > self.settings.max_input_text_bytes:
             raise GatewayError(
                 ErrorCode.TEXT_TOO_LONG,
                 f"input.text is over {self.settings.max_input_text_bytes} bytes; send it in"
                 " smaller increments",
             )
-        ctx = self._context(cid, create=True)
-        assert ctx is not None
+        ctx = self._context(cid)
         utt = ctx.utterance
         if utt is None:
             utt = self._start_utterance(ctx)
@@ -364,8 +352,10 @@ class Session:
                 " end it with input.done and start another",
             )
         utt.accepted_chars += len(text)
-        self._enqueue(ctx, ctx.segmenter.push(text))
-        self._arm_eager(ctx)
+        now = time.monotonic()
+        cuts = ctx.policy.push(text, now, self._ahead_s(ctx, now))
+        self._enqueue(ctx, [c.text for c in cuts])
+        self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
 
     def _start_utterance(self, ctx: Context) -> Utterance:
         if self.draining:
@@ -380,8 +370,7 @@ class Session:
                 f"the server is streaming its limit of {self.admission.limit} utterances;"
                 " this text was not accepted, retry shortly",
             )
-        if ctx.segmenter.granularity != self.config.split_granularity:
-            ctx.segmenter = self._new_segmenter()
+        ctx.policy = self._new_policy(ctx.policy.segmenter)
         utt = Utterance(
             index=self.utterances_started,
             config=self.config,
@@ -393,26 +382,6 @@ class Session:
         utt.flow_offset_ms = ctx.flow.sent_ms
         self.metrics.utterances.inc()
         return utt
-
-    def _arm_eager(self, ctx: Context) -> None:
-        if ctx.eager_timer is not None:
-            ctx.eager_timer.cancel()
-            ctx.eager_timer = None
-        if (
-            self.config.split_granularity == "auto"
-            and ctx.utterance is not None
-            and not ctx.utterance.sentences
-            and ctx.segmenter.buffered.strip()
-        ):
-            loop = asyncio.get_running_loop()
-            ctx.eager_timer = loop.call_later(
-                self.settings.eager_wait_ms / 1000, self._eager_fire, ctx
-            )
-
-    def _eager_fire(self, ctx: Context) -> None:
-        ctx.eager_timer = None
-        if self.state is State.OPEN and ctx.utterance is not None:
-            self._enqueue(ctx, ctx.segmenter.eager())
 
     def _enqueue(self, ctx: Context, texts: list[str]) -> None:
         utt = ctx.utterance
@@ -430,37 +399,42 @@ class Session:
         framing = utt.config.framing if utt is not None else self.config.framing
         if framing == "raw":
             return self.shared_stream
-        if ctx.stream is None:
-            ctx.stream = AudioStream(self, f"ctx{ctx.number}")
-        return ctx.stream
+        stream = self._context_streams.get(ctx)
+        if stream is None:
+            stream = AudioStream(self._stream_env, f"ctx{ctx.number}")
+            self._context_streams[ctx] = stream
+        return stream
 
     def _on_flush(self, cid: str | None, done: bool) -> Context | None:
-        ctx = self._context(cid, create=done)
+        ctx = self._context(cid) if done else self.contexts.get(cid)
         if ctx is None or ctx.utterance is None:
             return ctx
-        if ctx.eager_timer is not None:
-            ctx.eager_timer.cancel()
-            ctx.eager_timer = None
-        self._enqueue(ctx, ctx.segmenter.flush())
+        ctx.cancel_segment_timer()
+        self._enqueue(ctx, [c.text for c in ctx.policy.flush()])
         return ctx
 
-    async def _on_done(self, cid: str | None) -> None:
+    def _on_done(self, cid: str | None) -> list[Action]:
         ctx = self._on_flush(cid, done=True)
         assert ctx is not None
         # an empty input.done still ends an utterance: vllm-omni answers it
         # with a session.done of 0 sentences
         utt = ctx.utterance or self._start_utterance(ctx)
         utt.done_received = True
+        self._stream_for(ctx).close_if_complete(utt)
         ctx.utterance = None
         ctx.pending.append(utt)
-        ctx.segmenter.end_utterance()
-        await self.after_segment(ctx)
+        ctx.policy.end_utterance()
+        return list(self.segment_ended(ctx))
 
     def _on_playback(self, cid: str | None, played_ms: float) -> None:
         ctx = self.contexts.get(cid)
         if ctx is None:
             return
-        ctx.flow.on_played(played_ms, time.monotonic())
+        now = time.monotonic()
+        ctx.flow.on_played(played_ms)
+        # read under every flow-control mode since protocol 1.1: the
+        # segmentation policy plans with the listener's buffer
+        ctx.listener.on_played(played_ms, now)
         # an underrun the server caused: the listener has played everything
         # sent while the server still had text of this context to speak
         # (waiting for more text from the client is starvation, not counted)
@@ -469,80 +443,72 @@ class Session:
             self.metrics.underruns.inc()
         ctx.underrun = starved
 
-    async def flow_wait(self, ctx: Context, utt: Utterance, frame_ms: float) -> bool:
-        """Hold a frame until the context's flow-control window admits it;
-        False if the utterance was cancelled meanwhile (drop the frame)."""
-        return await ctx.flow.admit(frame_ms, lambda: utt.cancelled or self.out.gone)
-
     # ------------------------------------------------------------------
-    # utterance completion, cancel, close
+    # what the audio streams report (``speaker.StreamHost``)
     # ------------------------------------------------------------------
-    def first_audio(self, utt: Utterance) -> None:
-        utt.first_audio_at = time.monotonic()
-        if utt.ready_at is not None:
-            self.metrics.time_to_first_audio.observe(utt.first_audio_at - utt.ready_at)
-
-    def account_job(self, utt: Utterance, job: SynthesisJob) -> None:
-        stats = job.stats
-        utt.compute_ms += stats.acoustic_ms + stats.decode_ms
-        if utt.queue_ms is None:
-            utt.queue_ms = stats.queue_ms
-        self.metrics.sentences.inc()
-        if stats.acoustic_ms:
-            self.metrics.acoustic_seconds.observe(stats.acoustic_ms / 1000)
-        if stats.first_chunk_ms:
-            self.metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
-
-    async def after_segment(self, ctx: Context) -> None:
-        """Send ``session.done`` for each finished utterance, in order."""
+    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """``session.done`` for each finished utterance of ``ctx``, in order."""
         stream = self._stream_for(ctx)
+        messages: list[protocol.ServerMessage] = []
         while ctx.pending:
             utt = ctx.pending[0]
             if stream.has_work_for_utterance(utt):
-                return
+                break
             ctx.pending.pop(0)
             self.admission.release()
-            await self.out.event(utt.session_done(ctx.id))
+            messages.append(utt.session_done(ctx.id))
+        return messages
 
-    async def cancel(self, cid: str | None) -> None:
-        """Stop a context's current and queued audio and discard its text.
+    def cancelled_audio_ended(
+        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int, *, delivered: bool
+    ) -> list[protocol.ServerMessage]:
+        """The reports that waited for the last frame of cancelled audio."""
+        reports, ctx.awaiting_report = ctx.awaiting_report, []
+        if not reports:
+            return []
+        if not delivered:  # nobody to tell; the streams are released here
+            self.admission.release(len(reports))
+            return []
+        return self._report_cancel(ctx, reports, open_sentence, sent_bytes)
 
-        The report goes out at once when none of the context's audio is in
-        flight; otherwise the stream sends it right after its last frame."""
-        targets = (
-            list(self.contexts.values())
-            if cid == "*"
-            else [c for c in [self.contexts.get(cid)] if c is not None]
-        )
-        for ctx in targets:
-            utterances = [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]
+    # ------------------------------------------------------------------
+    # cancel, drain, close
+    # ------------------------------------------------------------------
+    def cancel(self, cid: str | None) -> list[Action]:
+        """Stop a context's current and queued audio and discard its text
+        (``"*"``: every context).
+
+        The report is returned at once when none of the context's audio is
+        in flight; otherwise the stream sends it right after its last frame."""
+        messages: list[Action] = []
+        for ctx in self.contexts.targets(cid):
+            utterances = ctx.open_utterances()
             if utterances:
-                await self._cancel_utterances(ctx, utterances)
+                messages += self._cancel_utterances(ctx, utterances)
+        return messages
 
-    async def begin_drain(self) -> None:
+    def begin_drain(self) -> list[Action]:
         """Server shutdown: utterances still accepting text (no ``input.done``)
         are cancelled and reported; those that received ``input.done`` go on;
         no new utterance starts."""
         self.draining = True
-        for ctx in list(self.contexts.values()):
+        messages: list[Action] = []
+        for ctx in self.contexts:
             if ctx.utterance is not None:
-                await self._cancel_utterances(ctx, [ctx.utterance])
+                messages += self._cancel_utterances(ctx, [ctx.utterance])
+        return messages
 
-    async def _cancel_utterances(self, ctx: Context, utterances: list[Utterance]) -> None:
+    def _cancel_utterances(self, ctx: Context, utterances: list[Utterance]) -> list[Action]:
         """Stop these utterances of a context: their queued segments, their
-        engine work and (for the open one) the text still buffered.  The
-        report goes out at once when none of their audio is in flight;
-        otherwise the stream sends it right after its last frame."""
+        engine work and (for the open one) the text still buffered."""
         for utt in utterances:
             utt.cancelled = True
         if ctx.utterance is not None and ctx.utterance in utterances:
-            ctx.utterance.unsent_text = ctx.segmenter.discard().strip()
+            ctx.utterance.unsent_text = ctx.policy.discard().strip()
             ctx.utterance = None
         ctx.pending = [u for u in ctx.pending if u not in utterances]
         ctx.flow.interrupt()
-        if ctx.eager_timer is not None:
-            ctx.eager_timer.cancel()
-            ctx.eager_timer = None
+        ctx.cancel_segment_timer()
         stream = self._stream_for(ctx)
         stream.drop_utterances(utterances)
         current = stream.current
@@ -550,101 +516,57 @@ class Session:
             assert current.job is not None
             ctx.awaiting_report.extend(utterances)
             current.job.cancel()
-        else:
-            await self.report_cancel(ctx, utterances, None, 0)
+            return []
+        return list(self._report_cancel(ctx, utterances, None, 0))
 
-    async def send_cancel_reports(
-        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int
-    ) -> None:
-        """Called by the stream after the last frame of cancelled audio."""
-        reports, ctx.awaiting_report = ctx.awaiting_report, []
-        if not reports:
-            return
-        if self.out.gone:  # nobody to tell; the streams are released here
-            self.admission.release(len(reports))
-            return
-        await self.report_cancel(ctx, reports, open_sentence, sent_bytes)
-
-    async def report_cancel(
+    def _report_cancel(
         self,
         ctx: Context,
         utterances: list[Utterance],
         open_sentence: Sentence | None,
         sent_bytes: int,
-    ) -> None:
-        """For each cancelled utterance, in order: ``audio.cancelled``, then
-        ``audio.done`` (if its sentence was open) and ``session.done``, all
-        with ``cancelled: true``."""
-        context_position, source = ctx.flow.position(time.monotonic())
-        for utt in utterances:
+    ) -> list[protocol.ServerMessage]:
+        position, source = ctx.flow.position(time.monotonic())
+        for _ in utterances:
             self.metrics.cancels.inc()
             self.admission.release()
-            position = min(utt.sent_ms, max(0.0, context_position - utt.flow_offset_ms))
-            spoken, unspoken = utt.heard_split(position, utt.unsent_text)
-            await self.out.event(
-                protocol.AudioCancelled(
-                    context_id=ctx.id,
-                    utterance_index=utt.index,
-                    sent_ms=round(utt.sent_ms, 3),
-                    played_ms=round(position, 3),
-                    position_source=source,
-                    spoken_text=spoken,
-                    unspoken_text=unspoken,
-                )
-            )
-            if open_sentence is not None and open_sentence in utt.sentences:
-                open_sentence.audio_ms = utt.sent_ms - open_sentence.start_ms
-                await self.out.event(
-                    utt.audio_done(ctx.id, open_sentence, sent_bytes, cancelled=True)
-                )
-            await self.out.event(utt.session_done(ctx.id, cancelled=True))
+        return cancel_report(ctx.id, utterances, position, source, open_sentence, sent_bytes)
 
-    def _streams(self) -> list[AudioStream]:
-        return [self.shared_stream] + [c.stream for c in self.contexts.values() if c.stream]
-
-    async def close(self, code: int, reason: str) -> None:
-        """Cancel everything (reporting what was not spoken), then close."""
+    def begin_close(self) -> list[Action] | None:
+        """Start closing: the cancel reports of everything in progress, or
+        None if the session is already closing."""
         if self.state is not State.OPEN:
-            return
+            return None
         self._transition(State.CLOSING)
-        try:
-            await self.cancel("*")
-            # wait briefly for streams to report the cancel of in-flight audio
-            for stream in self._streams():
-                if stream.current is not None:
-                    for _ in range(100):
-                        if stream.current is None:
-                            break
-                        await asyncio.sleep(0.01)
-        except ConnectionGone:
-            pass
-        await self.shutdown()
-        await self.out.close(code, reason)
+        return self.cancel("*")
+
+    async def settle(self, timeout_s: float = 1.0) -> None:
+        """Wait briefly for the streams to report the cancel of in-flight audio."""
+        for stream in self.streams():
+            for _ in range(round(timeout_s / 0.01)):
+                if stream.current is None:
+                    break
+                await asyncio.sleep(0.01)
 
     def connection_lost(self) -> None:
         """The socket is gone: stop all engine work now."""
-        for ctx in self.contexts.values():
-            for utt in [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]:
+        for ctx in self.contexts:
+            for utt in ctx.open_utterances():
                 utt.cancelled = True
             ctx.flow.interrupt()
-        for stream in self._streams():
-            for seg in stream.queue:
-                if seg.job is not None:
-                    seg.job.cancel()
-            if stream.current is not None and stream.current.job is not None:
-                stream.current.job.cancel()
+        for stream in self.streams():
+            stream.cancel_jobs()
 
     async def shutdown(self) -> None:
         """Stop every task and engine job of this session."""
         self.connection_lost()
-        for ctx in self.contexts.values():
-            if ctx.eager_timer is not None:
-                ctx.eager_timer.cancel()
+        for ctx in self.contexts:
+            ctx.cancel_segment_timer()
             live = len(ctx.pending) + (ctx.utterance is not None) + len(ctx.awaiting_report)
             self.admission.release(live)
             ctx.utterance = None
             ctx.pending = []
             ctx.awaiting_report = []
-        await asyncio.gather(*(s.stop() for s in self._streams()), return_exceptions=True)
+        await asyncio.gather(*(s.stop() for s in self.streams()), return_exceptions=True)
         if self.state is not State.CLOSED:
             self._transition(State.CLOSED)

@@ -6,11 +6,20 @@ Every field is documented in ``docs/configuration.md``; a test keeps that file
 in step with this type.  Values are validated once, at start, and a bad value
 stops the server with a message naming the field.
 
+Engine settings live in sections: TOML ``[piper]``, environment
+``GATEWAY_PIPER_<FIELD>``.  A section is one ``msgspec.Struct`` and one field
+of ``Settings`` typed with it (``SECTIONS`` is derived from those fields);
+section names have no underscore, so the first word after ``GATEWAY_`` names
+the section.  Piper's fields used to be flat (``device``, ``GATEWAY_DEVICE``);
+those names still work as deprecated aliases (``DEPRECATED_ALIASES``), with a
+warning at start, and fail when the section sets the same field.
+
 This module does no I/O beyond reading the file it is given.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -19,7 +28,18 @@ from typing import Any, Literal
 
 import msgspec
 
+log = logging.getLogger(__name__)
+
 ENV_PREFIX = "GATEWAY_"
+
+#: settings that went away with no replacement: name -> what to do instead
+REMOVED_SETTINGS: dict[str, str] = {
+    "eager_wait_ms": (
+        "it has no effect: `auto` segmentation no longer waits for a pause but cuts"
+        " when the listener's buffer needs it (docs/segmentation.md); tune"
+        " `first_segment_min_words` instead, and remove it"
+    ),
+}
 
 #: OpenAI's voice names, aliased by default to the engine's default voice
 OPENAI_VOICES = (
@@ -41,25 +61,9 @@ class SettingsError(ValueError):
     """A setting is missing, malformed or out of range."""
 
 
-class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    # --- server -------------------------------------------------------------
-    host: str = "127.0.0.1"
-    port: int = 8000
-    #: where everything the server writes lives (model cache, voices, logs)
-    data_dir: str = "~/.local/share/voice-gateway"
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    #: uvicorn's WebSocket implementation; ``websockets-sansio`` applies write
-    #: backpressure from uvicorn 0.52.1 on, which flow control relies on.
-    ws_impl: Literal["websockets-sansio", "websockets", "wsproto"] = "websockets-sansio"
-    #: API keys; empty means no authentication (loopback default)
-    api_keys: list[str] = []
-    #: extra Origins allowed to open the WebSocket (same-origin is always allowed)
-    allowed_origins: list[str] = []
-    #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting)
-    forwarded_allow_ips: str = "127.0.0.1"
-    # --- engine -------------------------------------------------------------
-    #: registry name of the engine (``piper`` or ``synthetic``)
-    engine: str = "piper"
+class PiperSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[piper]``: the Piper engine (``GATEWAY_PIPER_<FIELD>``)."""
+
     #: extra Piper voices: paths to ``.onnx`` files (``.onnx.json`` beside them)
     voices: list[str] = []
     #: torch device for the vocoder: ``auto`` picks CUDA when available
@@ -77,11 +81,56 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: 4, while the other pool is idle, one while it works)
     acoustic_threads: int = 0
     vocoder_threads: int = 0
+
+    def __post_init__(self) -> None:
+        _check(
+            [
+                (bool(self.chunk_schedule), "piper.chunk_schedule must not be empty"),
+                (
+                    all(c >= 1 for c in self.chunk_schedule),
+                    "piper.chunk_schedule values must be >= 1",
+                ),
+                (self.acoustic_threads >= 0, "piper.acoustic_threads must be >= 0"),
+                (self.vocoder_threads >= 0, "piper.vocoder_threads must be >= 0"),
+            ]
+        )
+
+
+def _check(checks: list[tuple[bool, str]]) -> None:
+    for ok, message in checks:
+        if not ok:
+            raise SettingsError(message)
+
+
+class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # --- server -------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: where everything the server writes lives (model cache, voices, logs)
+    data_dir: str = "~/.local/share/voice-gateway"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: uvicorn's WebSocket implementation; ``websockets-sansio`` applies write
+    #: backpressure from uvicorn 0.52.1 on, which flow control relies on.
+    ws_impl: Literal["websockets-sansio", "websockets", "wsproto"] = "websockets-sansio"
+    #: API keys; empty means no authentication (loopback default)
+    api_keys: list[str] = []
+    #: extra Origins allowed to open the WebSocket (same-origin is always allowed)
+    allowed_origins: list[str] = []
+    #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting)
+    forwarded_allow_ips: str = "127.0.0.1"
+    # --- engine -------------------------------------------------------------
+    #: registry name of the engine (``piper``, ``synthetic`` or one registered
+    #: through the ``voice_gateway.engines`` entry-point group)
+    engine: str = "piper"
+    # --- engine sections: one Struct-typed field each (see ``SECTIONS``) -----
+    piper: PiperSettings = msgspec.field(default_factory=PiperSettings)
     # --- sessions -----------------------------------------------------------
-    #: ``auto`` segmentation: speak the first segment eagerly once this many
-    #: words are buffered and no text arrived for ``eager_wait_ms``
-    eager_min_words: int = 4
-    eager_wait_ms: int = 150
+    #: ``auto`` segmentation (docs/segmentation.md): words of a steady stream
+    #: before the first segment of an utterance may be cut at a word boundary
+    first_segment_min_words: int = 4
+    #: words a later segment needs when the listener's buffer forces a cut
+    #: below clause level
+    phrase_min_words: int = 4
     #: longest segment in characters; longer text is cut at whitespace
     max_segment_chars: int = 300
     # --- limits -------------------------------------------------------------
@@ -124,12 +173,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [
             (1 <= self.port <= 65535, "port must be 1 to 65535"),
-            (bool(self.chunk_schedule), "chunk_schedule must not be empty"),
-            (all(c >= 1 for c in self.chunk_schedule), "chunk_schedule values must be >= 1"),
-            (self.acoustic_threads >= 0, "acoustic_threads must be >= 0"),
-            (self.vocoder_threads >= 0, "vocoder_threads must be >= 0"),
-            (self.eager_min_words >= 1, "eager_min_words must be >= 1"),
-            (self.eager_wait_ms >= 0, "eager_wait_ms must be >= 0"),
+            (self.first_segment_min_words >= 1, "first_segment_min_words must be >= 1"),
+            (self.phrase_min_words >= 1, "phrase_min_words must be >= 1"),
             (self.max_segment_chars >= 20, "max_segment_chars must be >= 20"),
             (self.max_message_bytes >= 1024, "max_message_bytes must be >= 1024"),
             (self.max_input_text_bytes >= 1, "max_input_text_bytes must be >= 1"),
@@ -152,9 +197,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.max_batch_chars >= 1, "max_batch_chars must be >= 1"),
             (self.batch_concurrency >= 1, "batch_concurrency must be >= 1"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise SettingsError(message)
+        _check(checks)
 
     @property
     def data_path(self) -> Path:
@@ -170,23 +213,117 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return table
 
 
+#: engine sections: the ``Settings`` fields typed with a section Struct.
+#: Adding a section is one Struct and one such field.
+SECTIONS: dict[str, type[msgspec.Struct]] = {
+    f.name: f.type
+    for f in msgspec.structs.fields(Settings)
+    if isinstance(f.type, type) and issubclass(f.type, msgspec.Struct)
+}
+
+#: deprecated flat names -> (section, field); they still work, with a warning
+#: deprecated name -> (section or None for a top-level field, new name)
+DEPRECATED_ALIASES: dict[str, tuple[str | None, str]] = {
+    "eager_min_words": (None, "first_segment_min_words"),
+} | {
+    name: ("piper", name)
+    for name in (
+        "voices",
+        "device",
+        "onnx_provider",
+        "deterministic",
+        "chunk_schedule",
+        "acoustic_threads",
+        "vocoder_threads",
+    )
+}
+
+
 def field_names() -> list[str]:
-    return list(Settings.__struct_fields__)
+    """Every setting's name: top-level fields, and ``section.field``."""
+    names: list[str] = []
+    for name in Settings.__struct_fields__:
+        section = SECTIONS.get(name)
+        if section is None:
+            names.append(name)
+        else:
+            names.extend(f"{name}.{f}" for f in section.__struct_fields__)
+    return names
+
+
+def env_name(name: str) -> str:
+    """The environment variable of a setting (``piper.device`` ->
+    ``GATEWAY_PIPER_DEVICE``)."""
+    return ENV_PREFIX + name.replace(".", "_").upper()
+
+
+def _env_value(fld: msgspec.structs.FieldInfo, raw: str) -> Any:
+    if "list" in repr(fld.type):
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    return raw
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Read ``GATEWAY_<FIELD>`` variables.  Lists are comma-separated."""
+    """Read ``GATEWAY_<FIELD>`` and ``GATEWAY_<SECTION>_<FIELD>`` variables.
+    Lists are comma-separated.  An unknown variable of a section fails."""
     values: dict[str, Any] = {}
-    info = {f.name: f for f in msgspec.structs.fields(Settings)}
-    for name, fld in info.items():
-        raw = environ.get(ENV_PREFIX + name.upper())
-        if raw is None:
+    for fld in msgspec.structs.fields(Settings):
+        if fld.name in SECTIONS:
             continue
-        if "list" in repr(fld.type):
-            values[name] = [item.strip() for item in raw.split(",") if item.strip()]
-        else:
-            values[name] = raw
+        raw = environ.get(ENV_PREFIX + fld.name.upper())
+        if raw is not None:
+            values[fld.name] = _env_value(fld, raw)
+    for section, struct in SECTIONS.items():
+        prefix = f"{ENV_PREFIX}{section.upper()}_"
+        fields = {f.name: f for f in msgspec.structs.fields(struct)}
+        found: dict[str, Any] = {}
+        for key, raw in environ.items():
+            if not key.startswith(prefix):
+                continue
+            name = key[len(prefix) :].lower()
+            if name not in fields:
+                known = ", ".join(env_name(f"{section}.{f}") for f in fields)
+                raise SettingsError(f"unknown setting {key}; [{section}] has {known}")
+            found[name] = _env_value(fields[name], raw)
+        if found:
+            values[section] = found
     return values
+
+
+def _merge(into: dict[str, Any], values: Mapping[str, Any]) -> None:
+    """Later sources win field by field, inside sections too."""
+    for key, value in values.items():
+        if key in SECTIONS and isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            into[key] = {**into[key], **value}
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def _resolve_aliases(merged: dict[str, Any], origin: dict[str, str]) -> None:
+    """Move deprecated names to their replacement (in a section, or a
+    top-level field) with a warning, and drop removed ones with a warning;
+    fail when the replacement is set in the same source too (which one was
+    meant?)."""
+    for old, (section, name) in DEPRECATED_ALIASES.items():
+        if old not in merged:
+            continue
+        value = merged.pop(old)
+        dotted = name if section is None else f"{section}.{name}"
+        new = f"{name if section is None else f'[{section}] {name}'} ({env_name(dotted)})"
+        target = merged if section is None else merged.setdefault(section, {})
+        if not isinstance(target, dict):
+            continue  # a malformed section: msgspec names it below
+        if name in target:
+            raise SettingsError(
+                f"{origin.get(old, old)} is a deprecated name of {new}, and both are set;"
+                " keep only the new one"
+            )
+        log.warning("setting %s is deprecated; use %s", origin.get(old, old), new)
+        target[name] = value
+    for old, advice in REMOVED_SETTINGS.items():
+        if old in merged:
+            merged.pop(old)
+            log.warning("setting %s is deprecated: %s", origin.get(old, old), advice)
 
 
 def load_settings(
@@ -196,18 +333,35 @@ def load_settings(
 ) -> Settings:
     """Merge defaults < file < environment < overrides and validate."""
     merged: dict[str, Any] = {}
+    #: where each deprecated flat name came from, for the messages
+    origin: dict[str, str] = {}
     if config_file is not None:
         path = Path(config_file)
         try:
-            merged.update(tomllib.loads(path.read_text(encoding="utf-8")))
+            from_file = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise SettingsError(f"configuration file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"configuration file {path} is not valid TOML: {exc}") from None
-    env_values = _from_env(os.environ if environ is None else environ)
-    merged.update(env_values)
+        origin.update({k: f"{k!r} in {path.name}" for k in from_file if k in _OLD_NAMES})
+        _merge_layer(merged, from_file, origin)
+    env = os.environ if environ is None else environ
+    flat_env = {
+        old: env[ENV_PREFIX + old.upper()] for old in _OLD_NAMES if ENV_PREFIX + old.upper() in env
+    }
+    env_values = _from_env(env)
+    for old, raw in flat_env.items():
+        origin[old] = ENV_PREFIX + old.upper()
+        if old in REMOVED_SETTINGS:
+            env_values[old] = raw
+            continue
+        section, name = DEPRECATED_ALIASES[old]
+        owner = Settings if section is None else SECTIONS[section]
+        fld = next(f for f in msgspec.structs.fields(owner) if f.name == name)
+        env_values[old] = _env_value(fld, raw)
+    _merge_layer(merged, env_values, origin)
     if overrides:
-        merged.update({k: v for k, v in overrides.items() if v is not None})
+        _merge_layer(merged, {k: v for k, v in overrides.items() if v is not None}, origin)
     try:
         # strict=False lets environment strings become ints, floats and bools
         return msgspec.convert(merged, Settings, strict=False)
@@ -215,3 +369,14 @@ def load_settings(
         raise SettingsError(f"invalid setting: {exc}") from None
     except SettingsError:
         raise
+
+
+_OLD_NAMES = (*DEPRECATED_ALIASES, *REMOVED_SETTINGS)
+
+
+def _merge_layer(merged: dict[str, Any], layer: dict[str, Any], origin: dict[str, str]) -> None:
+    """Merge one source over the lower ones: its deprecated flat names are
+    resolved against its own section values first, then override."""
+    layer = dict(layer)
+    _resolve_aliases(layer, origin)
+    _merge(merged, layer)

@@ -1,7 +1,9 @@
 """The audio path of a session: segments in, protocol events and frames out.
 
 An ``AudioStream`` owns a FIFO of segments and one task that speaks them in
-order: it submits each segment to the engine (the next one is submitted
+order: it submits each segment to its utterance's engine stream (one
+``EngineStream`` per utterance, opened at its first segment, cancelled with
+it, closed once its text is complete; the next segment is submitted
 while the current one decodes, so the engine's acoustic stage overlaps the
 vocoder and consecutive segments join without a gap), resamples and frames
 the chunks, and sends ``audio.start`` / ``alignment`` / binary / ``audio.done``
@@ -12,7 +14,14 @@ audio never interleaves; first-in first-out at sentence granularity).  With
 ``tagged`` framing each context has its own stream and their frames
 interleave, ordered by the engine's earliest-deadline scheduling.
 
-The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``,
+A stream sees its session only through ``StreamEnv`` (what it needs to
+speak) and ``StreamHost`` (what it tells the session core, which answers
+with the messages to send): this module imports nothing of
+``gateway.session``.  The segment bookkeeping (order, one-ahead prefetch) is
+``gateway.segment_queue``, shared with the HTTP API.
+
+The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``
+(``gateway.flow.budget``),
 passed to the engine with each streamed segment: the engine reserves a
 chunk before decoding it and this module releases it once the chunk's
 frames are written, so a session whose sends are held stops decoding.
@@ -30,8 +39,9 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -40,25 +50,77 @@ from gateway.audio.encoding import encode
 from gateway.audio.framing import FrameFlags, Framer, TaggedHeader, pack_header
 from gateway.audio.resample import StreamResampler
 from gateway.audio.wav import wav_bytes, wav_header
+from gateway.contexts import Context
 from gateway.engines.base import (
     AudioChunk,
+    Engine,
+    EngineStream,
+    SegmentRequest,
+    StreamRequest,
     SynthesisError,
     SynthesisJob,
-    SynthesisRequest,
     WordTimings,
 )
 from gateway.errors import ErrorCode
+from gateway.flow.budget import DecodeBudget
+from gateway.metrics import Metrics
 from gateway.outbound import ConnectionGone
+from gateway.segment_queue import SegmentQueue
 from gateway.utterance import Sentence, Utterance
-
-if TYPE_CHECKING:
-    from gateway.session import Context, Session
 
 log = logging.getLogger(__name__)
 
 #: speech length per character of text, to estimate a segment's duration
 #: before the engine knows it (English at speed 1 is about 0.06 s)
 SECONDS_PER_CHAR = 0.06
+
+
+class Sender(Protocol):
+    """The session's one bounded way out (``gateway.outbound.Outbound``)."""
+
+    @property
+    def gone(self) -> bool: ...
+
+    async def event(self, message: protocol.ServerMessage) -> None: ...
+
+    async def audio(self, payload: bytes) -> None: ...
+
+
+class StreamHost(Protocol):
+    """What a stream tells its session.  The session core answers with the
+    messages to send; the stream sends them, in order with its audio."""
+
+    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """A segment of ``ctx`` is done: ``session.done`` of the utterances
+        that are now complete."""
+        ...
+
+    def cancelled_audio_ended(
+        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int, *, delivered: bool
+    ) -> list[protocol.ServerMessage]:
+        """The last frame of cancelled audio of ``ctx`` went out (or, if not
+        ``delivered``, the connection is gone): the cancel reports waiting for it."""
+        ...
+
+    def connection_lost(self) -> None:
+        """A send failed: stop all of the session's work."""
+        ...
+
+
+@dataclass(frozen=True)
+class StreamEnv:
+    """What an ``AudioStream`` needs of its session, and nothing more."""
+
+    engine: Engine
+    #: native rate of each engine voice, by canonical name
+    voice_rates: Mapping[str, int]
+    #: the session buffer (``max_buffered_ms``), shared by its streams
+    budget: DecodeBudget
+    out: Sender
+    metrics: Metrics
+    label: str  #: the session id, for engine logs
+    log: logging.LoggerAdapter[logging.Logger]
+    host: StreamHost
 
 
 @dataclass
@@ -81,40 +143,57 @@ class Segment:
 
 
 class AudioStream:
-    def __init__(self, session: Session, name: str) -> None:
-        self.session = session
+    def __init__(self, env: StreamEnv, name: str) -> None:
+        self.env = env
         self.name = name
-        self.queue: deque[Segment] = deque()
+        # the next segment is prefetched only while the session buffer has
+        # room (its decode would otherwise add to a full buffer)
+        self.segments: SegmentQueue[Segment] = SegmentQueue(
+            self._submit, room=lambda: not env.budget.full
+        )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        self.current: Segment | None = None
+
+    @property
+    def queue(self) -> deque[Segment]:
+        """Segments waiting behind the current one."""
+        return self.segments.waiting
+
+    @property
+    def current(self) -> Segment | None:
+        """The segment being spoken."""
+        return self.segments.current
 
     # -- called by the session (reader side) ------------------------------
     def enqueue(self, segment: Segment) -> None:
-        self.queue.append(segment)
-        self._prefetch()
+        self.segments.append(segment)
         self._wake.set()
         if self.task is None:
             self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
 
     def drop_utterances(self, utterances: list[Utterance]) -> None:
         """Remove these utterances' queued segments and cancel their jobs."""
-        dropped = [s for s in self.queue if s.utterance in utterances]
-        if dropped:
-            self.queue = deque(s for s in self.queue if s.utterance not in utterances)
-            for segment in dropped:
-                if segment.job is not None:
-                    segment.job.cancel()
+        self.segments.drop(lambda s: s.utterance in utterances)
+        for utterance in utterances:
+            if utterance.engine_stream is not None:
+                utterance.engine_stream.cancel()
 
     def unsent_ms(self) -> float:
         """Decoded but unsent audio of this stream's segments (debug, bound)."""
-        segments = [*([self.current] if self.current is not None else []), *self.queue]
-        return sum(s.unsent_ms() for s in segments)
+        return sum(s.unsent_ms() for s in self.segments)
 
     def has_work_for(self, context: Context) -> bool:
         return (self.current is not None and self.current.context is context) or any(
             s.context is context for s in self.queue
         )
+
+    def close_if_complete(self, utterance: Utterance) -> None:
+        """Tell the utterance's engine stream that no segment will follow
+        once ``input.done`` arrived and none is queued or being spoken."""
+        stream = utterance.engine_stream
+        done = utterance.done_received and not self.has_work_for_utterance(utterance)
+        if stream is not None and done:
+            stream.close()
 
     def has_next_for(self, utterance: Utterance) -> bool:
         return any(s.utterance is utterance for s in self.queue)
@@ -124,39 +203,53 @@ class AudioStream:
             self.current is not None and self.current.utterance is utterance
         ) or self.has_next_for(utterance)
 
+    def cancel_jobs(self) -> None:
+        """Stop the engine work of every segment (the connection is gone)."""
+        self.segments.cancel_jobs()
+
     async def stop(self) -> None:
-        for segment in self.queue:
-            if segment.job is not None:
-                segment.job.cancel()
-        self.queue.clear()
-        if self.current is not None and self.current.job is not None:
-            self.current.job.cancel()
+        self.segments.clear()
         if self.task is not None:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
 
+    def discard(self) -> None:
+        """Stop the task of a stream with no work left (its context was forgotten)."""
+        if self.task is not None and not self.segments:
+            self.task.cancel()
+            self.task = None
+
     # -- the task ---------------------------------------------------------
-    def _submit(self, segment: Segment, first: bool) -> None:
+    def _submit(self, segment: Segment) -> None:
         utterance = segment.utterance
         config = utterance.config
         start = utterance.first_audio_at
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
-        segment.voice_rate = self.session.engine_voice_rate(config.voice)
-        segment.job = self.session.engine.submit(
-            SynthesisRequest(
-                text=segment.sentence.text,
-                voice=config.voice,
-                speed=config.speed,
-                alignment=True,
-                deadline=deadline,
-                first_in_utterance=first,
-                label=f"{self.session.id}/{segment.context.id or '-'}",
-                # a whole-sentence message needs the whole sentence decoded
-                # before it can be sent, so only streamed audio is budgeted
-                budget=self.session.budget if config.stream_audio else None,
-            )
+        env = self.env
+        segment.voice_rate = env.voice_rates[config.voice]
+        # the stream's first segment opens the utterance: its first chunk
+        # jumps the engine's queue (StreamRequest.first_audio_priority)
+        segment.job = self._engine_stream(segment).submit(
+            SegmentRequest(text=segment.sentence.text, deadline=deadline)
         )
+
+    def _engine_stream(self, segment: Segment) -> EngineStream:
+        utterance = segment.utterance
+        if utterance.engine_stream is None:
+            config = utterance.config
+            utterance.engine_stream = self.env.engine.open_stream(
+                StreamRequest(
+                    voice=config.voice,
+                    speed=config.speed,
+                    alignment=True,
+                    label=f"{self.env.label}/{segment.context.id or '-'}",
+                    # a whole-sentence message needs the whole sentence decoded
+                    # before it can be sent, so only streamed audio is budgeted
+                    budget=self.env.budget if config.stream_audio else None,
+                )
+            )
+        return utterance.engine_stream
 
     def _audio_ahead_s(self, utterance: Utterance) -> float:
         """Seconds of the utterance's audio that play before a segment
@@ -173,45 +266,73 @@ class AudioStream:
             ahead += max(0.0, total - current.sent_ms / 1000)
         return ahead
 
-    def _prefetch(self) -> None:
-        """Submit the next queued segment early, while the session buffer has
-        room (its decode would otherwise add to a full buffer)."""
-        if self.queue and self.queue[0].job is None and not self.session.budget.full:
-            head = self.queue[0]
-            self._submit(head, first=head.sentence.index == 0)
-
     async def _run(self) -> None:
         try:
             while True:
                 while not self.queue:
                     self._wake.clear()
                     await self._wake.wait()
-                segment = self.queue.popleft()
-                if segment.job is None:
-                    self._submit(segment, first=segment.sentence.index == 0)
-                self.current = segment
-                self._prefetch()
+                segment = self.segments.start_next()
                 try:
                     await self._speak(segment)
                 finally:
-                    self.current = None
-                    self._prefetch()  # it may have waited for room
+                    self.segments.finish()  # the next may have waited for room
+                self.close_if_complete(segment.utterance)
                 # a cancel that arrived while audio.done was going out
-                await self.session.send_cancel_reports(segment.context, None, 0)
-                await self.session.after_segment(segment.context)
+                await self._report_cancel(segment.context, None, 0)
+                await self._send(self.env.host.segment_ended(segment.context))
         except ConnectionGone:
-            self.session.connection_lost()
+            self.env.host.connection_lost()
+
+    async def _send(self, messages: list[protocol.ServerMessage]) -> None:
+        for message in messages:
+            await self.env.out.event(message)
+
+    async def _report_cancel(
+        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int
+    ) -> None:
+        out = self.env.out
+        reports = self.env.host.cancelled_audio_ended(
+            ctx, open_sentence, sent_bytes, delivered=not out.gone
+        )
+        await self._send(reports)
+
+    async def _flow_wait(self, ctx: Context, utt: Utterance, frame_ms: float) -> bool:
+        """Hold a frame until the context's listener window admits it;
+        False if the utterance was cancelled meanwhile (drop the frame)."""
+        out = self.env.out
+        admitted = await ctx.flow.admit(frame_ms, lambda: utt.cancelled or out.gone)
+        if admitted:  # the send clock of the listener-buffer estimate
+            ctx.listener.on_sent(frame_ms, time.monotonic())
+        return admitted
+
+    def _first_audio(self, utt: Utterance) -> None:
+        utt.first_audio_at = time.monotonic()
+        if utt.ready_at is not None:
+            self.env.metrics.time_to_first_audio.observe(utt.first_audio_at - utt.ready_at)
+
+    def _account_job(self, utt: Utterance, job: SynthesisJob) -> None:
+        stats = job.stats
+        metrics = self.env.metrics
+        utt.compute_ms += stats.compute_ms
+        if utt.queue_ms is None:
+            utt.queue_ms = stats.queue_ms
+        metrics.sentences.inc()
+        if stats.extra.get("acoustic_ms"):
+            metrics.acoustic_seconds.observe(stats.extra["acoustic_ms"] / 1000)
+        if stats.first_chunk_ms:
+            metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
 
     async def _speak(self, segment: Segment) -> None:
         ctx, utt, sentence = segment.context, segment.utterance, segment.sentence
         config = utt.config
         job = segment.job
         assert job is not None
-        out = self.session.out
+        out = self.env.out
         sentence.started = True
         sentence.start_ms = utt.sent_ms
         rate = config.sample_rate
-        voice_rate = self.session.engine_voice_rate(config.voice)
+        voice_rate = self.env.voice_rates[config.voice]
         if ctx.resampler is None or ctx.resampler_utterance is not utt:
             ctx.resampler = StreamResampler(voice_rate, rate)
             ctx.resampler_utterance = utt
@@ -238,7 +359,7 @@ class AudioStream:
         async def send(payload: bytes, n_samples: int, flags: FrameFlags = FrameFlags.NONE) -> None:
             nonlocal total_bytes, samples_sent, first_frame
             is_audio = not flags & FrameFlags.WAV_HEADER
-            if is_audio and not await self.session.flow_wait(ctx, utt, n_samples * 1000 / rate):
+            if is_audio and not await self._flow_wait(ctx, utt, n_samples * 1000 / rate):
                 return  # cancelled while waiting: the frame is dropped, never sent
             if tagged:
                 if first_frame:
@@ -262,7 +383,7 @@ class AudioStream:
                 utt.sent_ms += n_samples * 1000 / rate
                 segment.sent_ms += n_samples * 1000 / rate
                 if utt.first_audio_at is None and n_samples:
-                    self.session.first_audio(utt)
+                    self._first_audio(utt)
 
         async def emit(samples: np.ndarray, last: bool = False) -> None:
             if not config.stream_audio:
@@ -311,13 +432,13 @@ class AudioStream:
                 elif isinstance(event, AudioChunk):
                     await emit(resampler.process(event.samples))
                     if config.stream_audio:  # written to the socket: budget freed
-                        self.session.budget.release(job, event.samples.size / voice_rate)
-                    self._prefetch()  # sending made room in the session buffer
+                        self.env.budget.release(job, event.samples.size / voice_rate)
+                    self.segments.prefetch()  # sending made room in the session buffer
         except ConnectionGone:
             job.cancel()
             raise
         except (SynthesisError, Exception) as exc:  # the sentence fails, the session goes on
-            self.session.log.warning(
+            self.env.log.warning(
                 "synthesis failed (context=%s sentence=%d): %r", ctx.id, sentence.index, exc
             )
             job.cancel()
@@ -329,8 +450,8 @@ class AudioStream:
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
-            self.session.account_job(utt, job)
-            self.session.budget.release(job)
+            self._account_job(utt, job)
+            self.env.budget.release(job)
 
         if not utt.cancelled:
             carry = self.has_next_for(utt) and failed is None
@@ -344,10 +465,10 @@ class AudioStream:
                 payload = encode(audio, config.encoding)
             await send(payload, audio.size, FrameFlags.LAST)
         if utt.cancelled:
-            # frames after the cancel were dropped by flow_wait: the report
+            # frames after the cancel were dropped by _flow_wait: the report
             # follows the last frame that actually went out
             resampler.flush()
-            await self.session.send_cancel_reports(ctx, sentence, total_bytes)
+            await self._report_cancel(ctx, sentence, total_bytes)
             return
         sentence.audio_ms = samples_sent * 1000 / rate
         sentence.finished = True

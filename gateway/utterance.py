@@ -8,10 +8,11 @@ not, so that every accepted character is accounted for.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from gateway import protocol
-from gateway.engines.base import WordTiming
+from gateway.engines.base import EngineStream, WordTiming
 from gateway.protocol import EffectiveConfig
 
 
@@ -36,6 +37,9 @@ class Utterance:
     accepted_chars: int = 0
     sentences: list[Sentence] = field(default_factory=list)
     done_received: bool = False  #: ``input.done`` arrived
+    #: the engine's stream for this utterance, opened by the speaker at its
+    #: first segment
+    engine_stream: EngineStream | None = None
     cancelled: bool = False
     unsent_text: str = ""  #: text discarded from the segmenter by a cancel
     sent_ms: float = 0.0  #: audio sent so far
@@ -124,23 +128,46 @@ class Utterance:
 
 def _split_words(sentence: Sentence, position_ms: float) -> tuple[str, str]:
     """Cut a sentence's text after the last word that started before the
-    position, keeping the original characters (punctuation included)."""
-    assert sentence.words is not None
+    position, keeping the original characters (punctuation included).
+
+    The engine's words are found in the text verbatim, in order.  When they
+    are not (an engine that normalises ``42`` to ``forty two``), the text's
+    whitespace tokens stand in for them, matched by count (proportionally if
+    the counts differ)."""
+    words = sentence.words
+    assert words is not None
     text = sentence.text
-    cursor = 0
-    cut = 0
-    for word in sentence.words:
-        found = text.find(word.word, cursor)
-        if found < 0:
-            # the engine's word is not verbatim in the text: fall back to
-            # whitespace tokens of the same count
+    heard = 0
+    for word in words:
+        if sentence.start_ms + word.start_ms >= position_ms:
             break
-        cursor = found + len(word.word)
-        if sentence.start_ms + word.start_ms < position_ms:
-            cut = cursor
-            # keep trailing punctuation glued to the word
-            while cut < len(text) and not text[cut].isspace():
-                cut += 1
-        else:
-            break
+        heard += 1
+    if heard == 0:
+        return "", text.strip()
+    ends = _verbatim_ends(text, [w.word for w in words[:heard]])
+    if ends is not None:
+        cut = ends[-1]
+    else:
+        tokens = [match.end() for match in re.finditer(r"\S+", text)]
+        if not tokens:
+            return "", text.strip()
+        index = round(heard * len(tokens) / len(words))
+        cut = tokens[min(len(tokens), max(1, index)) - 1]
     return text[:cut].strip(), text[cut:].strip()
+
+
+def _verbatim_ends(text: str, words: list[str]) -> list[int] | None:
+    """Where each word ends in ``text`` (trailing punctuation glued to it),
+    or None if a word is not there verbatim."""
+    ends: list[int] = []
+    cursor = 0
+    for word in words:
+        found = text.find(word, cursor)
+        if found < 0:
+            return None
+        cursor = found + len(word)
+        end = cursor
+        while end < len(text) and not text[end].isspace():
+            end += 1
+        ends.append(end)
+    return ends

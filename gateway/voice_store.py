@@ -263,9 +263,6 @@ class VoiceStore:
             ).fetchone()
         return StoredVoice(*row) if row else None
 
-    def audio_path(self, voice: StoredVoice) -> Path:
-        return self.audio_dir / voice.file
-
     # --- changes --------------------------------------------------------------------
 
     def add(

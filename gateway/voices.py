@@ -44,7 +44,7 @@ def reserved_names(engine: Engine, settings: Settings) -> list[str]:
 
 
 def can_clone(engine: Engine) -> bool:
-    return bool(getattr(engine, "supports_cloning", False))
+    return engine.capabilities.cloning
 
 
 def uploaded_entry(voice: StoredVoice, engine: Engine) -> dict[str, Any]:

@@ -57,7 +57,10 @@ class RunningServer:
 
 
 def test_settings(**overrides: Any) -> Settings:
-    base = {"deterministic": True, "data_dir": os.environ.get("GATEWAY_TEST_DATA_DIR", ".data")}
+    base: dict[str, Any] = {
+        "piper": {"deterministic": True},
+        "data_dir": os.environ.get("GATEWAY_TEST_DATA_DIR", ".data"),
+    }
     base.update(overrides)
     return load_settings(None, overrides=base, environ={})
 

@@ -28,12 +28,15 @@ import soundfile as sf
 from websockets.asyncio.client import ClientConnection, connect
 
 from gateway.engines.base import (
+    Capabilities,
     Engine,
     EngineEvent,
-    JobStats,
+    EngineStream,
+    SegmentRequest,
+    SegmentStats,
+    StreamRequest,
     SynthesisError,
     SynthesisJob,
-    SynthesisRequest,
     VoiceInfo,
 )
 
@@ -100,7 +103,7 @@ def wav_duration_ok(data: bytes) -> tuple[np.ndarray, int]:
 class _FailingJob(SynthesisJob):
     def __init__(self, inner: SynthesisJob, after_chunks: int) -> None:
         self.inner = inner
-        self.stats: JobStats = inner.stats
+        self.stats: SegmentStats = inner.stats
         self.after_chunks = after_chunks
 
     async def _events(self) -> AsyncIterator[EngineEvent]:
@@ -121,6 +124,25 @@ class _FailingJob(SynthesisJob):
         self.inner.cancel()
 
 
+class _FailingStream(EngineStream):
+    def __init__(self, inner: EngineStream, after_chunks: int) -> None:
+        self.inner = inner
+        self.request = inner.request
+        self.after_chunks = after_chunks
+
+    def submit(self, segment: SegmentRequest) -> SynthesisJob:
+        job = self.inner.submit(segment)
+        if FAIL_MARKER in segment.text:
+            return _FailingJob(job, self.after_chunks)
+        return job
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class FailOnMarkerEngine(Engine):
     """Delegates to a real engine; a segment containing ``FAIL_MARKER`` fails
     after ``after_chunks`` events (so 1+ gives a mid-sentence failure)."""
@@ -137,11 +159,12 @@ class FailOnMarkerEngine(Engine):
     def voices(self) -> Sequence[VoiceInfo]:
         return self.inner.voices()
 
-    def submit(self, request: SynthesisRequest) -> SynthesisJob:
-        job = self.inner.submit(request)
-        if FAIL_MARKER in request.text:
-            return _FailingJob(job, self.after_chunks)
-        return job
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    def open_stream(self, request: StreamRequest) -> EngineStream:
+        return _FailingStream(self.inner.open_stream(request), self.after_chunks)
 
     def live_jobs(self) -> int:
         return self.inner.live_jobs()

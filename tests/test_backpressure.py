@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.engines.base import Engine
+from gateway.routes.stream import Connection
 from gateway.session import Session
 from tests.conftest import RunningServer
 from tests.helpers import Transcript, open_ws, recv_until, send
@@ -42,21 +43,22 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _only_session(server: RunningServer) -> Session:
+def _only_connection(server: RunningServer) -> Connection:
     sessions = list(server.state.live_sessions)
     assert len(sessions) == 1
-    session: Session = sessions[0]
-    return session
+    conn = sessions[0]
+    assert isinstance(conn, Connection)
+    return conn
 
 
 def _chunks_decoded(session: Session) -> int:
     """Chunks decoded for the session's live segments (the engine counts them
     inside the decode worker)."""
     total = 0
-    for stream in session._streams():
+    for stream in session.streams():
         for seg in [stream.current, *stream.queue]:
             if seg is not None and seg.job is not None:
-                total += seg.job.stats.chunks_decoded
+                total += seg.job.stats.chunks
     return total
 
 
@@ -108,14 +110,14 @@ async def test_stalled_reader_bounds_memory_and_decode_then_resumes_in_order(
     reference = await _reference_payloads(server)
     client = await _start_raw(server)
     try:
-        session = _only_session(server)
+        session = _only_connection(server)
         rss_before = _rss_bytes()
         # the client reads nothing more: sends block, then decode stops
-        decoded = await _until_stable(lambda: _chunks_decoded(session), 1.5, 30)
+        decoded = await _until_stable(lambda: _chunks_decoded(session.session), 1.5, 30)
         sent = await _until_stable(lambda: session.out._metrics.frames_sent._value.get(), 1.0, 10)
-        assert _chunks_decoded(session) == decoded
+        assert _chunks_decoded(session.session) == decoded
         growth = _rss_bytes() - rss_before
-        buffered = session.buffered_ms()
+        buffered = session.session.buffered_ms()
         print(f"stalled: rss growth {growth / 1e6:.1f} MB, buffered {buffered:.0f} ms")
         assert growth < 20e6
         assert session.out.gone is False
@@ -150,7 +152,7 @@ async def test_stall_timeout_closes_4008_and_frees_the_session(
     baseline_jobs = piper_engine.live_jobs()
     # a client that resumes reading within the close timeout sees the close
     client = await _start_raw(server)
-    session = _only_session(server)
+    session = _only_connection(server)
     async with asyncio.timeout(30):
         while not session.out.stalled:
             await asyncio.sleep(0.05)
@@ -166,7 +168,7 @@ async def test_stall_timeout_closes_4008_and_frees_the_session(
     assert frames > 10
     # a client that never reads again: aborted after the close timeout
     silent = await _start_raw(server)
-    session = _only_session(server)
+    session = _only_connection(server)
     async with asyncio.timeout(30):
         while not session.out.stalled:
             await asyncio.sleep(0.05)
@@ -196,10 +198,10 @@ async def test_decoded_unsent_audio_stays_within_max_buffered_ms(
             await send(ws, type="session.config", **config)
             await send(ws, type="input.text", text=PARAGRAPH + " " + PARAGRAPH)
             await send(ws, type="input.done")
-            session = _only_session(server)
-            await _until_stable(lambda s=session: _chunks_decoded(s), 1.5, 30)  # type: ignore[misc]
-            buffered = session.buffered_ms()
-            held = session.budget.used_s * 1000
+            session = _only_connection(server)
+            await _until_stable(lambda s=session.session: _chunks_decoded(s), 1.5, 30)  # type: ignore[misc]
+            buffered = session.session.buffered_ms()
+            held = session.session.budget.used_s * 1000
             assert buffered <= bound + 743 + 1, (bound, buffered)
             assert held <= bound + 743 + 1, (bound, held)
             if bound == 3000:

@@ -187,3 +187,61 @@ def test_ratios_and_readme_section() -> None:
     assert "| 100 | 400 | 4.0x |" in section
     assert "python -m gateway bench --peer piper" in section
     assert "gateway" in summary_table(lines)  # type: ignore[arg-type]
+
+
+def test_subclause_cuts_are_counted_from_the_segments_received() -> None:
+    record = Record("gateway", "llm", 1, 0, 0, "text")
+    record.sentences = ["Sure,", "I can help you", "plan a trip.", "Then we go"]
+    # the last segment is the end of the input, whatever it ends in
+    assert record.measures()["subclause_cuts"] == 1
+    line = summary_line("gateway", "llm", 1, [record.measures(), record.measures()])
+    assert line["subclause_cuts"] == 2 and line["segments"] == 8
+
+
+def test_held_by_ttfa_stops_at_the_first_step_over_the_figure_or_with_a_gap() -> None:
+    from gateway.bench.runner import held_by_ttfa
+
+    def step(level: int, p95: float, gaps: int = 0) -> dict[str, object]:
+        return {
+            "level": level,
+            "ttfa_p95_ms": p95,
+            "errors": 0,
+            "underruns": 0,
+            "utterances_with_gap": gaps,
+        }
+
+    steps = [step(1, 300), step(2, 550), step(4, 700), step(6, 650), step(8, 900)]
+    assert held_by_ttfa(steps, [600, 1000]) == {"600": 2, "1000": 8}  # type: ignore[arg-type]
+    steps[1] = step(2, 550, gaps=1)
+    assert held_by_ttfa(steps, [600, 1000]) == {"600": 1, "1000": 1}  # type: ignore[arg-type]
+
+
+async def test_wyoming_events_round_trip_over_a_socket() -> None:
+    import asyncio
+    import json
+
+    from gateway.bench.drivers import read_wyoming, write_wyoming
+
+    received: list[tuple[str, dict[str, object], bytes] | None] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await read_wyoming(reader))
+        received.append(await read_wyoming(reader))
+        # an event with a payload, as wyoming-piper sends audio
+        data = json.dumps({"rate": 22050, "width": 2, "channels": 1}).encode()
+        header = {"type": "audio-chunk", "data_length": len(data), "payload_length": 4}
+        writer.write(json.dumps(header).encode() + b"\n" + data + b"\x00\x01\x02\x03")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    await write_wyoming(writer, "synthesize-chunk", {"text": " héllo"})
+    await write_wyoming(writer, "synthesize-stop")
+    event = await read_wyoming(reader)
+    writer.close()
+    server.close()
+    assert received == [("synthesize-chunk", {"text": " héllo"}, b""), ("synthesize-stop", {}, b"")]
+    assert event is not None and event[0] == "audio-chunk" and event[2] == b"\x00\x01\x02\x03"
+    assert event[1]["rate"] == 22050

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from gateway.flow import FlowWindow
+from gateway.flow.window import ListenerWindow
 from tests.conftest import RunningServer
 from tests.helpers import Transcript, open_ws, recv_until, send
 
@@ -22,26 +22,26 @@ PARAGRAPH = (
 
 
 def test_ack_window_bounds_the_lead() -> None:
-    window = FlowWindow("ack", 100)
+    window = ListenerWindow("ack", 100)
     sent = 0
     while window.fits(20, 0.0):
         window.on_sent(20, 0.0)
         sent += 20
     assert sent == 100
-    window.on_played(40, 0.0)
+    window.on_played(40)
     assert window.fits(20, 0.0)
-    window.on_played(10, 0.0)  # backwards reports are ignored
+    window.on_played(10)  # backwards reports are ignored
     assert window.played_ms == 40
     assert window.position(0.0) == (40, "played_ms")
 
 
 def test_one_frame_may_exceed_an_empty_window() -> None:
-    window = FlowWindow("ack", 100)
+    window = ListenerWindow("ack", 100)
     assert window.fits(500, 0.0)  # nothing outstanding: never deadlock
 
 
 def test_realtime_estimate_is_a_leaky_bucket() -> None:
-    window = FlowWindow("realtime", 200)
+    window = ListenerWindow("realtime", 200)
     for _ in range(10):
         window.on_sent(20, 10.0)  # 200 ms sent at t=10 s
     assert window.estimate(10.0) == 0
@@ -55,7 +55,7 @@ def test_realtime_estimate_is_a_leaky_bucket() -> None:
 
 
 def test_none_counts_everything_sent() -> None:
-    window = FlowWindow("none", 100)
+    window = ListenerWindow("none", 100)
     for _ in range(50):
         assert window.fits(20, 0.0)
         window.on_sent(20, 0.0)

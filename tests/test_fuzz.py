@@ -27,6 +27,7 @@ from websockets.exceptions import ConnectionClosed
 from gateway import protocol
 from gateway.engines.base import Engine
 from gateway.errors import ErrorCode
+from gateway.routes.stream import Connection
 from tests import conftest
 from tests.conftest import RunningServer, run_server
 from tests.helpers import Transcript, open_ws, recv_until, send
@@ -203,8 +204,12 @@ async def _back_to_baseline(server: RunningServer, engine: Engine, tasks: float)
                 await asyncio.sleep(0.1)
     except TimeoutError:
         stuck = [
-            (x.state, [(st.name, st.task, st.current, len(st.queue)) for st in x._streams()])
+            (
+                x.session.state,
+                [(st.name, st.task, st.current, len(st.queue)) for st in x.session.streams()],
+            )
             for x in server.state.live_sessions
+            if isinstance(x, Connection)
         ]
         raise AssertionError(f"(sessions, streams, jobs, tasks) = {state()}; {stuck}") from None
 

@@ -119,6 +119,16 @@ EXAMPLES: dict[type[Any], Any] = {
         ],
         defaults=_EFFECTIVE,
         limits=_LIMITS,
+        capabilities=protocol.EngineCapabilities(
+            sample_rates=[22050],
+            alignment=True,
+            cloning=False,
+            instructions=False,
+            languages=["en-US"],
+            input="segments",
+            max_concurrency=0,
+            typical_first_chunk_ms=85.0,
+        ),
     ),
     protocol.SessionUpdated: protocol.SessionUpdated(config=_EFFECTIVE, limits=_LIMITS),
     protocol.AudioStart: protocol.AudioStart(
@@ -353,6 +363,7 @@ def test_every_message_is_documented_with_its_fields(cls: type[Any]) -> None:
     [
         protocol.EffectiveConfig,
         protocol.Limits,
+        protocol.EngineCapabilities,
         protocol.VoiceDescription,
         protocol.UtteranceMetrics,
         protocol.WordTimestamp,

@@ -226,48 +226,74 @@ def test_rejects_bad_arguments() -> None:
         Segmenter("word")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_chars"):
         Segmenter(max_chars=0)
-    with pytest.raises(ValueError, match="eager_min_words"):
-        Segmenter(eager_min_words=0)
 
 
-# --- eager() ----------------------------------------------------------------------
+# --- candidates() and cut_at(): the places the policy may cut early ----------------
 
 
-def test_eager_emits_complete_words_only() -> None:
-    seg = Segmenter("auto", eager_min_words=4)
-    assert seg.push("I think that we should") == []
-    assert seg.eager() == ["I think that we"]
-    assert seg.buffered.strip() == "should"
-    assert seg.eager() == []  # only the first segment of an utterance
+def cands(text: str) -> list[tuple[str, str, int]]:
+    seg = Segmenter("auto")
+    seg.push("Ok. " + text)  # the first segment has left: only sentences cut now
+    body = seg.buffered.lstrip()
+    return [(body[: c.end], c.kind, c.words) for c in seg.candidates()]
+
+
+def test_candidates_are_clause_phrase_and_word_boundaries() -> None:
+    assert cands("And then the big dog, e.g., a pug and Dr. Who at 3 000 people went") == [
+        ("And then", "word", 2),
+        ("And then the big", "word", 4),
+        ("And then the big dog,", "clause", 5),
+        ("And then the big dog, e.g., a pug", "phrase", 8),
+        ("And then the big dog, e.g., a pug and Dr. Who", "word", 11),
+        ("And then the big dog, e.g., a pug and Dr. Who at 3 000", "word", 14),
+        ("And then the big dog, e.g., a pug and Dr. Who at 3 000 people", "word", 15),
+    ]
+
+
+def test_candidates_need_confirmed_text() -> None:
+    two_three = [("One", "word", 1), ("One two", "word", 2), ("One two three", "word", 3)]
+    assert cands("One two three four") == two_three  # "four" may still grow
+    assert cands("One two three four ") == two_three  # the next word has not begun
+    # "an" may still become "and": a word boundary, not yet a phrase
+    assert cands("One two an")[-1] == ("One two", "word", 2)
+    assert cands("One two and ")[-1] == ("One two", "phrase", 2)
+
+
+def test_candidates_keep_tokens_whole() -> None:
+    assert cands("See x.com/a?b=1 y a@b.com z 3.14 w") == [
+        ("See", "word", 1),
+        ("See x.com/a?b=1", "word", 2),
+        ("See x.com/a?b=1 y", "word", 3),
+        ("See x.com/a?b=1 y a@b.com", "word", 4),
+        ("See x.com/a?b=1 y a@b.com z", "word", 5),
+        ("See x.com/a?b=1 y a@b.com z 3.14", "word", 6),
+    ]
+
+
+def test_no_candidates_while_a_sentence_may_be_complete() -> None:
+    assert cands("The quick brown fox jumps over the lazy dog.") == []
+    assert cands("We met Dr.") == []
+    assert cands("It is big, really") == [("It", "word", 1), ("It is big,", "clause", 3)]
+
+
+def test_candidates_only_in_auto() -> None:
+    for granularity in ("sentence", "clause", "none"):
+        seg = Segmenter(granularity)  # type: ignore[arg-type]
+        seg.push("one two three four five six")
+        assert seg.candidates() == []
+
+
+def test_cut_at_emits_and_ends_the_first_segment() -> None:
+    seg = Segmenter("auto")
+    assert seg.push("  I think that we should") == []
+    assert seg.awaiting_first_segment
+    end = seg.candidates()[-1].end
+    assert seg.cut_at(end) == "I think that we"
+    assert not seg.awaiting_first_segment
     assert seg.push(" go, then. Ok") == ["should go, then."]  # sentences only now
     assert seg.flush() == ["Ok"]
-
-
-def test_eager_needs_enough_complete_words() -> None:
-    seg = Segmenter("auto", eager_min_words=4)
-    seg.push("one two three four")  # "four" may still grow
-    assert seg.eager() == []
-    seg.push(" ")
-    assert seg.eager() == ["one two three four"]
-    seg = Segmenter("auto", eager_min_words=2)
-    seg.push("!!! ... one ")
-    assert seg.eager() == []  # punctuation is not a word
-    seg.push("two ")
-    assert seg.eager() == ["!!! ... one two"]
-
-
-def test_eager_only_in_auto_and_rearmed_per_utterance() -> None:
-    for granularity in ("sentence", "clause", "none"):
-        seg = Segmenter(granularity, eager_min_words=1)
-        seg.push("one two three four five ")
-        assert seg.eager() == []
-    seg = Segmenter("auto", eager_min_words=2)
-    assert seg.push("Yes, that one is") == ["Yes,"]
-    assert seg.eager() == []  # a segment already left
-    assert seg.flush() == ["that one is"]
-    seg.end_utterance()
-    seg.push("and then some")
-    assert seg.eager() == ["and then"]
+    with pytest.raises(ValueError):
+        seg.cut_at(5)
 
 
 # --- the length cap --------------------------------------------------------------

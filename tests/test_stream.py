@@ -176,6 +176,9 @@ async def test_session_created_and_updated(piper_server: RunningServer) -> None:
         assert created["protocol_version"].startswith("1.")
         voices = created["voices"]
         assert any(v["name"] == "joe" and v["language"] == "en-US" for v in voices)
+        caps = created["capabilities"]  # the engine's own declaration
+        assert caps["alignment"] is True and caps["cloning"] is False
+        assert caps["sample_rates"] == [22050] and caps["input"] == "segments"
         await send(ws, type="session.config", voice="JOE", sample_rate=16000, **LOW_LATENCY)
         updated = json.loads(await ws.recv())
         assert updated["type"] == "session.updated"

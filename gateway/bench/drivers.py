@@ -12,7 +12,13 @@ Three drivers produce the same ``Record``:
   WAV per request).  ``flush`` posts the sentence; ``llm`` cuts the token
   stream with the gateway's sentence segmenter and posts each sentence as soon
   as it is complete, in order, on one connection (re-opened when the server
-  answers ``Connection: close``, as Werkzeug's development server does).
+  answers ``Connection: close``, as Werkzeug's development server does);
+* ``WyomingUser``: wyoming-piper (Home Assistant's Piper server) through the
+  Wyoming protocol's streaming events, as Home Assistant sends them:
+  ``synthesize-start``, one ``synthesize-chunk`` per token, ``synthesize-stop``;
+  the server answers each sentence it cuts with ``audio-start``,
+  ``audio-chunk``s and ``audio-stop``, and the stream with
+  ``synthesize-stopped``.  A connection per user, kept across utterances.
 
 Times are ``time.perf_counter()`` seconds, stamped when a message came off the
 socket.  This module measures; ``gateway.bench.measure`` interprets.
@@ -34,7 +40,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from gateway.bench.measure import Piece, playout, sentence_ready_times, tokenize
 from gateway.client import AudioFrame, Client, Disconnected, frame_ms
 from gateway.protocol import AudioCancelled, AudioStart, Error, SessionConfig, SessionDone
-from gateway.segmenter import Segmenter
+from gateway.segmenter import Segmenter, end_kind
 
 Scenario = Literal["flush", "llm", "barge-in", "capacity"]
 
@@ -113,6 +119,9 @@ class Record:
             "ttfa_flush_ms": ms(first_audio, self.done_at),
             "bytes": self.bytes,
             "sentences": len(self.sentences),
+            # segments cut below clause level (a segment that is not the last
+            # and ends in neither sentence nor clause punctuation)
+            "subclause_cuts": sum(1 for t in self.sentences[:-1] if end_kind(t) is None),
             "error": self.error,
         }
         if self.scenario == "barge-in":
@@ -453,6 +462,124 @@ class PiperHttpUser:
             record.ended_at = time.perf_counter()
         except (OSError, asyncio.IncompleteReadError) as exc:
             record.error = f"http: {exc}"
+        finally:
+            await task
+        return record
+
+
+# --- wyoming-piper (the Wyoming protocol) ------------------------------------------------------
+
+
+async def write_wyoming(
+    writer: asyncio.StreamWriter, kind: str, data: dict[str, Any] | None = None
+) -> None:
+    """One Wyoming event: a JSON header line, then the data as JSON bytes."""
+    header: dict[str, Any] = {"type": kind, "version": "1.10.2"}
+    body = json.dumps(data, ensure_ascii=False).encode() if data else b""
+    if body:
+        header["data_length"] = len(body)
+    writer.write(json.dumps(header, ensure_ascii=False).encode() + b"\n" + body)
+    await writer.drain()
+
+
+async def read_wyoming(reader: asyncio.StreamReader) -> tuple[str, dict[str, Any], bytes] | None:
+    """One Wyoming event (type, data, payload), or None at the end of the stream."""
+    line = await reader.readline()
+    if not line:
+        return None
+    header = json.loads(line)
+    data: dict[str, Any] = dict(header.get("data") or {})
+    if header.get("data_length"):
+        data.update(json.loads(await reader.readexactly(header["data_length"])))
+    payload = b""
+    if header.get("payload_length"):
+        payload = await reader.readexactly(header["payload_length"])
+    return str(header["type"]), data, payload
+
+
+class WyomingUser:
+    """wyoming-piper driven with the streaming events, one utterance at a time.
+
+    wyoming-piper does not say which text each sentence holds; the record's
+    sentences are the gateway's sentence segmenter's cut of the same stream
+    (its rules are close to wyoming-piper's), used for when each sentence's
+    text was complete."""
+
+    name = "wyoming"
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def open(self) -> None:
+        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            await self._writer.wait_closed()
+        self._reader = self._writer = None
+
+    async def utterance(
+        self, record: Record, pacing: Pacing, rng: random.Random, cancel_after_s: float | None
+    ) -> Record:
+        if cancel_after_s is not None:
+            raise ValueError("wyoming-piper has no cancel: barge-in is not measured for it")
+        reader, writer = self._reader, self._writer
+        assert reader is not None and writer is not None
+        tokens = tokenize(record.text)
+        segmenter = Segmenter("sentence")
+        record.ready_at = []
+
+        def note(sentences: list[str], at: float) -> None:
+            assert record.ready_at is not None
+            record.sentences.extend(sentences)
+            record.ready_at.extend(at for _ in sentences)
+
+        async def send(text: str) -> float:
+            await write_wyoming(writer, "synthesize-chunk", {"text": text})
+            now = time.perf_counter()
+            note(segmenter.push(text), now)
+            return now
+
+        async def sender() -> None:
+            await write_wyoming(writer, "synthesize-start", {})
+            await _send_paced(send, record, tokens, pacing, rng)
+            await write_wyoming(writer, "synthesize-stop")
+            record.done_at = time.perf_counter()
+            note(segmenter.flush(), record.done_at)
+
+        task = asyncio.create_task(sender())
+        spoken = -1  # index of the sentence whose audio is arriving
+        try:
+            async with asyncio.timeout(120):
+                while (event := await read_wyoming(reader)) is not None:
+                    kind, data, payload = event
+                    now = time.perf_counter()
+                    if kind == "audio-start":
+                        spoken += 1
+                    elif kind == "audio-chunk" and payload:
+                        frame = int(data["width"]) * int(data["channels"])
+                        record.arrivals.append(now)
+                        record.durations_ms.append(len(payload) / frame / data["rate"] * 1000.0)
+                        record.piece_sentence.append(max(spoken, 0))
+                        record.bytes += len(payload)
+                        if record.first_byte_at is None:
+                            record.first_byte_at = now
+                    elif kind == "error":
+                        record.error = f"wyoming: {data.get('code')}: {data.get('text')}"
+                        break
+                    elif kind == "synthesize-stopped":
+                        record.ended_at = now
+                        break
+                else:
+                    record.error = "wyoming: connection closed"
+        except TimeoutError:
+            record.error = "timeout"
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            record.error = f"wyoming: {exc}"
         finally:
             await task
         return record

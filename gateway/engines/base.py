@@ -1,21 +1,46 @@
-"""The engine interface: the one small seam every speech model plugs into.
+"""The engine interface (v2): the one seam every speech model plugs into.
 
-An engine turns one *segment* of text (a sentence or clause chosen by the
-segmenter) into float32 mono audio at the voice's native rate, as a stream of
-chunks.  The session layer does everything else (framing, encoding,
-resampling, flow control, the protocol), so an engine never sees a WebSocket.
+An engine turns text into float32 mono audio at a native rate, as a stream of
+chunks.  The session layer does everything else (segmentation, framing,
+encoding, resampling, flow control, the protocol), so an engine never sees a
+WebSocket.  ``docs/engine.md`` ("Writing an engine") is the guide; this
+module is the contract.
+
+Shape:
+
+* ``Engine.open_stream(StreamRequest)`` opens one ``EngineStream`` per
+  *utterance* (voice, language, sample-rate hint, speed, instructions and
+  options, alignment, label, the session's decode budget).  The stream may
+  keep state across the utterance's segments (an LLM context, prosody).
+* ``EngineStream.submit(SegmentRequest)`` hands it the utterance's segments
+  (sentences or clauses from the segmenter) in order and returns one
+  ``SynthesisJob`` per segment at once.  A job yields ``WordTimings`` (if
+  asked for and the engine declares ``alignment``) and then ``AudioChunk``s;
+  the speaker sends ``audio.start``/``audio.done`` around each job.
+* ``EngineStream.cancel()`` stops the whole utterance, ``SynthesisJob.cancel()``
+  one segment.
+* ``Engine.capabilities`` is the one typed place where an engine says what it
+  can do; validation and ``session.created`` read it.
 
 Rules every engine follows:
 
-* ``submit`` never blocks the event loop.  It may start work at once (the
-  acoustic model of a queued segment runs while the previous segment is still
-  decoding: that is how segments join without a gap).
+* ``open_stream`` and ``submit`` never block the event loop and never raise:
+  an engine that cannot speak a segment (unknown voice, engine not started,
+  model error) reports it as a ``SynthesisError`` raised from that segment's
+  iteration; the stream's next segment is still spoken.
 * Model compute runs in worker threads, never on the event loop.
-* ``SynthesisJob.cancel`` is thread-safe and idempotent; after it returns the
-  engine decodes at most the chunk already in flight, and a job whose
-  acoustic work has not started never starts it.
+* Cancel is thread-safe and idempotent; after it returns the engine decodes
+  at most the chunk already in flight, and a segment whose work has not
+  started never starts it.
 * A job that is neither iterated nor cancelled holds a bounded amount of
-  decoded audio: the consumer's pace is the backpressure.
+  decoded audio (``delivery.MAX_UNDELIVERED`` chunks), and a streamed
+  utterance's decoded-unsent audio stays within the session's budget plus one
+  chunk: the consumer's pace is the backpressure.
+* Word timings are never delivered after the audio they describe.
+
+The thread-to-loop delivery, the undelivered bound, cancel and the budget are
+written once, in ``gateway.engines.delivery``; an engine uses them and holds
+none of its own.
 
 This module must not import torch, onnxruntime or any model package: the
 session and the tests import it without loading a model.
@@ -24,10 +49,9 @@ session and the tests import it without loading a model.
 from __future__ import annotations
 
 import abc
-import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -51,76 +75,87 @@ class VoiceInfo:
     language_aliases: tuple[str, ...] = ()
 
 
-class DecodeBudget:
-    """Decoded but unsent audio a session may hold, shared by its jobs.
-
-    Engines reserve a chunk's duration before decoding it (from their worker
-    threads); the session releases it as the chunk's audio is written to the
-    socket (on the event loop).  A job that holds nothing may always reserve
-    one chunk, so the job being sent can always progress and a session never
-    deadlocks on its own prefetched audio: the bound is ``limit_s`` plus one
-    chunk.  Thread-safe."""
-
-    def __init__(self, limit_s: float) -> None:
-        self.limit_s = limit_s
-        self._lock = threading.Lock()
-        self._held: dict[int, float] = {}
-        self._used = 0.0
-        self._waiters: list[Callable[[], None]] = []
-
-    @property
-    def used_s(self) -> float:
-        return self._used
-
-    @property
-    def full(self) -> bool:
-        return self._used >= self.limit_s
-
-    def reserve(self, holder: object, seconds: float, wake: Callable[[], None]) -> bool:
-        """Reserve ``seconds`` for ``holder``; if the budget is full, remember
-        ``wake`` (called after the next release) and return False."""
-        with self._lock:
-            held = self._held.get(id(holder), 0.0)
-            if held > 0 and self._used + seconds > self.limit_s:
-                self._waiters.append(wake)
-                return False
-            self._held[id(holder)] = held + seconds
-            self._used += seconds
-            return True
-
-    def release(self, holder: object, seconds: float | None = None) -> None:
-        """Give back ``seconds`` of ``holder``'s reservation (all of it if None)."""
-        with self._lock:
-            held = self._held.get(id(holder), 0.0)
-            given = held if seconds is None else min(held, seconds)
-            if held - given <= 1e-9:
-                self._held.pop(id(holder), None)
-            else:
-                self._held[id(holder)] = held - given
-            self._used = max(0.0, self._used - given)
-            waiters, self._waiters = self._waiters, []
-        for wake in waiters:
-            wake()
+#: what an engine takes as input: whole segments chosen by the gateway's
+#: segmenter, or text streamed as it arrives (the engine segments itself;
+#: the gateway still hands it text segment by segment, in order)
+InputGranularity = Literal["segments", "text_stream"]
 
 
 @dataclass(frozen=True)
-class SynthesisRequest:
-    """One segment of text to speak."""
+class Capabilities:
+    """What an engine can do, declared once (the validator, ``session.created``
+    and the contract tests read it; nothing probes an engine with ``getattr``)."""
 
-    text: str
+    #: native output rates in Hz of its voices (a chunk is at its voice's rate)
+    sample_rates: tuple[int, ...]
+    #: emits ``WordTimings`` for a segment when the stream asks for alignment
+    alignment: bool = False
+    #: can speak with a voice cloned from a reference recording
+    cloning: bool = False
+    #: honours free-form style instructions (``StreamRequest.instructions``)
+    instructions: bool = False
+    #: BCP-47 tags of the languages its voices speak
+    languages: tuple[str, ...] = ()
+    input: InputGranularity = "segments"
+    #: utterance streams it serves at once well (0: no own limit; admission
+    #: is the gateway's ``max_active_streams``)
+    max_concurrency: int = 0
+    #: typical seconds from ``submit`` to a segment's first chunk on this
+    #: host, alone: for schedulers and segmentation planners (not a promise)
+    typical_first_chunk_s: float = 0.1
+
+
+class Budget(Protocol):
+    """The session's bound on decoded but unsent audio (``max_buffered_ms``),
+    shared by every job of a session.  The shared delivery machinery reserves
+    a chunk's duration before the engine decodes it and the session releases
+    it as the chunk is written to the socket.  Thread-safe.  The session's
+    implementation is ``DecodeBudget``."""
+
+    @property
+    def full(self) -> bool: ...
+
+    def reserve(self, holder: object, seconds: float, wake: Callable[[], None]) -> bool: ...
+
+    def release(self, holder: object, seconds: float | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """One utterance: what stays the same for all of its segments."""
+
     voice: str  #: a canonical ``VoiceInfo.name``
+    #: BCP-47 tag the text is in; None: the voice's own language
+    language: str | None = None
+    #: the rate the client will receive (a hint: chunks stay at the voice's
+    #: native rate and the gateway resamples); None: no preference
+    sample_rate_hint: int | None = None
     speed: float = 1.0  #: 1.0 is the voice's own pace; 2.0 is twice as fast
-    alignment: bool = False  #: emit a ``WordTimings`` event before the audio
-    #: ``time.monotonic()`` by which the listener needs this segment's first
-    #: sample; the decode worker serves earliest deadlines first.
-    deadline: float = 0.0
-    #: this segment opens an utterance: its first chunk jumps the queue.
-    first_in_utterance: bool = False
-    #: free-form label for logs (session/context ids); never the text.
+    #: free-form style prompt; only for engines declaring ``instructions``
+    instructions: str | None = None
+    #: engine-specific options, passed through unchanged (never validated here)
+    options: Mapping[str, object] = field(default_factory=dict)
+    #: emit a ``WordTimings`` event before each segment's audio (engines
+    #: declaring ``alignment``; others emit none)
+    alignment: bool = False
+    #: the utterance's first segment's first chunk jumps the queue (a live
+    #: conversation); False for batch-like work (HTTP)
+    first_audio_priority: bool = True
+    #: free-form label for logs (session/context ids); never the text
     label: str = ""
     #: the session's bound on decoded but unsent audio; None: unbounded
-    #: beyond the engine's own small look-ahead
-    budget: DecodeBudget | None = None
+    #: beyond the per-job look-ahead (``delivery.MAX_UNDELIVERED``)
+    budget: Budget | None = None
+
+
+@dataclass(frozen=True)
+class SegmentRequest:
+    """One segment of an utterance's text, submitted in order."""
+
+    text: str
+    #: ``time.monotonic()`` by which the listener needs this segment's first
+    #: sample; engines with a scheduler serve earliest deadlines first
+    deadline: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -148,43 +183,74 @@ EngineEvent = WordTimings | AudioChunk
 
 
 @dataclass
-class JobStats:
-    """Per-segment timings, filled in by the engine as work happens (ms)."""
+class SegmentStats:
+    """Per-segment figures, engine-neutral (ms unless said otherwise).  The
+    delivery machinery fills the common ones; an engine adds its own stages
+    with ``add_stage`` (Piper: ``acoustic_ms``, ``decode_ms``, ...)."""
 
-    queue_ms: float = 0.0  #: submit until acoustic work started
-    acoustic_ms: float = 0.0  #: text to latent (all acoustic stages)
-    first_chunk_ms: float = 0.0  #: submit until the first chunk was decoded
-    decode_ms: float = 0.0  #: total vocoder time
-    chunks_decoded: int = 0  #: counted inside the decode worker
-    chunks_after_cancel: int = 0  #: chunks whose decode began after cancel()
-    audio_samples: int = 0
+    queue_ms: float = 0.0  #: submit until the engine started work on it
+    compute_ms: float = 0.0  #: model time spent on it (all stages)
+    first_chunk_ms: float = 0.0  #: submit until the first chunk was produced
+    #: chunks the engine produced (delivered, or dropped by a cancel while
+    #: in flight): the contract tests bound its growth after cancel
+    chunks: int = 0
+    audio_samples: int = 0  #: delivered samples at the native rate
     #: the segment's whole duration in seconds, once the engine knows it
     #: (Piper: after the duration predictor); schedules the next segment
     audio_seconds: float | None = None
     cancelled: bool = False
+    #: engine-specific stages (ms) and figures
     extra: dict[str, float] = field(default_factory=dict)
+
+    def add_stage(self, stage: str, ms: float) -> None:
+        """Count ``ms`` of model time to ``stage`` and to ``compute_ms``."""
+        self.compute_ms += ms
+        self.extra[stage] = self.extra.get(stage, 0.0) + ms
 
 
 class SynthesisError(Exception):
-    """The engine failed to synthesize one segment; the session goes on."""
+    """The engine failed to synthesize one segment; the stream goes on."""
 
 
 class SynthesisJob(abc.ABC):
     """The stream of events for one submitted segment."""
 
-    stats: JobStats
+    stats: SegmentStats
 
     @abc.abstractmethod
     def __aiter__(self) -> AsyncIterator[EngineEvent]:
-        """Yield ``WordTimings`` (if asked and available) then ``AudioChunk``s.
+        """Yield ``WordTimings`` (if asked and declared) then ``AudioChunk``s.
 
         Raises ``SynthesisError`` if the segment fails.  Ends quietly after
-        ``cancel()``.
+        ``cancel()``.  Leaving the iteration early cancels the job.
         """
 
     @abc.abstractmethod
     def cancel(self) -> None:
         """Stop work at the next chunk boundary.  Thread-safe, idempotent."""
+
+
+class EngineStream(abc.ABC):
+    """One utterance's segments, in order.  ``delivery.DeliveryStream`` is
+    the base engines build on."""
+
+    request: StreamRequest
+
+    @abc.abstractmethod
+    def submit(self, segment: SegmentRequest) -> SynthesisJob:
+        """Queue the utterance's next segment; returns its job at once.
+        Never blocks and never raises: failures come out of the job."""
+
+    @abc.abstractmethod
+    def cancel(self) -> None:
+        """Cancel every segment submitted and not finished; later submits
+        give jobs that end at once.  Thread-safe, idempotent."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """No more segments will come (the utterance's text is complete):
+        the engine may release per-utterance state once the submitted
+        segments end.  Idempotent; does not cancel."""
 
 
 class Engine(abc.ABC):
@@ -208,9 +274,14 @@ class Engine(abc.ABC):
     def voices(self) -> Sequence[VoiceInfo]:
         """The voices this engine serves, default voice first."""
 
+    @property
     @abc.abstractmethod
-    def submit(self, request: SynthesisRequest) -> SynthesisJob:
-        """Queue a segment and return its job at once (never blocks)."""
+    def capabilities(self) -> Capabilities:
+        """What this engine can do (valid once ``start`` returned)."""
+
+    @abc.abstractmethod
+    def open_stream(self, request: StreamRequest) -> EngineStream:
+        """Open one utterance's stream (never blocks, never raises)."""
 
     def default_voice(self) -> VoiceInfo:
         return self.voices()[0]

@@ -7,28 +7,34 @@ Each segment lasts ``ms_per_char`` per character (divided by ``speed``); its
 (``time.sleep``, so it loads the scheduler without burning the cores).  Word
 timings are spread evenly over the audio: they are honest about being
 synthetic and only exist so clients can exercise the ``alignment`` path.
+
+It holds no threading, budget or delivery code: ``delivery.pump`` runs its
+steps, so the session's budget and the look-ahead bound apply to it as to
+every engine.  It has no settings section.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gateway.engines.base import (
-    AudioChunk,
+    Capabilities,
     Engine,
-    EngineEvent,
-    JobStats,
-    SynthesisJob,
-    SynthesisRequest,
+    EngineStream,
+    StreamRequest,
+    SynthesisError,
     VoiceInfo,
     WordTiming,
     WordTimings,
 )
+from gateway.engines.delivery import ChunkedWork, DeliveredJob, DeliveryStream, LiveJobs, pump
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
 
 SAMPLE_RATE = 22050
 MS_PER_CHAR = 60.0
@@ -37,80 +43,59 @@ CHUNK_S = 0.004
 CHUNK_SAMPLES = 4096
 
 
-class SyntheticJob(SynthesisJob):
-    def __init__(self, request: SynthesisRequest, engine: SyntheticEngine) -> None:
-        self.request = request
-        self.stats = JobStats()
-        self._cancelled = threading.Event()
-        self._engine = engine
-        self._submitted = time.monotonic()
-        self._counted = True
-        engine._live += 1
+class ToneWork(ChunkedWork):
+    """One segment's tone: its length from the text, its pitch from its length."""
 
-    def _release(self) -> None:
-        """Leave the live-jobs gauge once: at the end, or at a cancel (a job
-        cancelled before anyone iterated it never runs its ``finally``)."""
-        if self._counted:
-            self._counted = False
-            self._engine._live -= 1
+    def __init__(self, text: str, speed: float) -> None:
+        self.text = text
+        self.total = max(1, int(len(text) * MS_PER_CHAR / speed * SAMPLE_RATE / 1000))
+        self.pitch = 220.0 + 20.0 * (len(text) % 7)
 
-    def cancel(self) -> None:
-        if not self._cancelled.is_set():
-            self._cancelled.set()
-            self.stats.cancelled = True
-        self._release()
-
-    def _decode_chunk(self, start: int, stop: int, total: int, pitch: float) -> np.ndarray:
-        if self._cancelled.is_set():
-            return np.zeros(0, np.float32)
-        time.sleep(CHUNK_S)
-        t = np.arange(start, stop) / SAMPLE_RATE
-        envelope = np.minimum(
-            1.0, np.minimum(np.arange(start, stop), total - np.arange(start, stop)) / 200
+    def prepare(self) -> tuple[WordTimings | None, Sequence[float]]:
+        time.sleep(ACOUSTIC_S)
+        words = self.text.split()
+        span = self.total / SAMPLE_RATE * 1000 / max(1, len(words))
+        timings = WordTimings(
+            tuple(WordTiming(w, i * span, (i + 1) * span) for i, w in enumerate(words))
         )
-        return (0.3 * envelope * np.sin(2 * np.pi * pitch * t)).astype(np.float32)
+        sizes = [
+            min(CHUNK_SAMPLES, self.total - start) for start in range(0, self.total, CHUNK_SAMPLES)
+        ]
+        return timings, [n / SAMPLE_RATE for n in sizes]
 
-    async def _events(self) -> AsyncIterator[EngineEvent]:
-        try:
-            req = self.request
-            if self._cancelled.is_set():
-                return
-            await asyncio.to_thread(time.sleep, ACOUSTIC_S)
-            self.stats.acoustic_ms = ACOUSTIC_S * 1000
-            total = max(1, int(len(req.text) * MS_PER_CHAR / req.speed * SAMPLE_RATE / 1000))
-            if req.alignment:
-                words = req.text.split()
-                span = total / SAMPLE_RATE * 1000 / max(1, len(words))
-                yield WordTimings(
-                    tuple(WordTiming(w, i * span, (i + 1) * span) for i, w in enumerate(words))
-                )
-            pitch = 220.0 + 20.0 * (len(req.text) % 7)
-            for start in range(0, total, CHUNK_SAMPLES):
-                if self._cancelled.is_set():
-                    return
-                stop = min(total, start + CHUNK_SAMPLES)
-                samples = await asyncio.to_thread(self._decode_chunk, start, stop, total, pitch)
-                if not samples.size:
-                    return
-                self.stats.chunks_decoded += 1
-                self.stats.audio_samples += samples.size
-                if self.stats.chunks_decoded == 1:
-                    self.stats.first_chunk_ms = (time.monotonic() - self._submitted) * 1000
-                yield AudioChunk(samples)
-        finally:
-            self._release()
+    def decode(self, index: int) -> np.ndarray:
+        time.sleep(CHUNK_S)
+        start = index * CHUNK_SAMPLES
+        stop = min(self.total, start + CHUNK_SAMPLES)
+        n = np.arange(start, stop)
+        envelope = np.minimum(1.0, np.minimum(n, self.total - n) / 200)
+        t = n / SAMPLE_RATE
+        return (0.3 * envelope * np.sin(2 * np.pi * self.pitch * t)).astype(np.float32)
 
-    def __aiter__(self) -> AsyncIterator[EngineEvent]:
-        return self._events()
+
+class ToneStream(DeliveryStream):
+    def __init__(self, request: StreamRequest, engine: SyntheticEngine) -> None:
+        super().__init__(request, engine._live)
+        self._engine = engine
+
+    def start(self, job: DeliveredJob) -> None:
+        if self._engine.find_voice(self.request.voice) is None:
+            raise SynthesisError(f"unknown voice {self.request.voice!r}")
+        pump(job, ToneWork(job.text, self.request.speed))
 
 
 class SyntheticEngine(Engine):
     name = "synthetic"
 
-    _live = 0
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._live = LiveJobs()
 
     async def start(self) -> None:
         return None
+
+    async def aclose(self) -> None:
+        self._live.cancel_all()
 
     def voices(self) -> Sequence[VoiceInfo]:
         return (
@@ -126,8 +111,17 @@ class SyntheticEngine(Engine):
             ),
         )
 
-    def submit(self, request: SynthesisRequest) -> SynthesisJob:
-        return SyntheticJob(request, self)
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            sample_rates=(SAMPLE_RATE,),
+            alignment=True,
+            languages=("en-US",),
+            typical_first_chunk_s=ACOUSTIC_S + CHUNK_S,
+        )
+
+    def open_stream(self, request: StreamRequest) -> EngineStream:
+        return ToneStream(request, self)
 
     def live_jobs(self) -> int:
-        return self._live
+        return len(self._live)

@@ -1,9 +1,11 @@
 """OpenAI-compatible ``POST /v1/audio/speech`` and ``POST /v1/audio/speech/batch``.
 
-A request is validated into a ``SpeechPlan`` (voice resolved, format and rate
-fixed), then ``synthesize`` speaks its text segment by segment on the shared
-engine (the next segment is submitted while the current one decodes, as the
-WebSocket path does), resampling to the response rate with one
+A request is validated into a ``SpeechPlan`` by the shared validator
+(``gateway.validation``; voice resolved, format and rate fixed), then
+``synthesize`` speaks its text segment by segment on the shared engine,
+through the segment pipeline the WebSocket path uses
+(``gateway.segment_queue``: the next segment is submitted while the current
+one decodes), resampling to the response rate with one
 ``StreamResampler``; ``ContainerEncoder`` turns the samples into the
 response format.  Three response modes:
 
@@ -15,8 +17,10 @@ response format.  Three response modes:
 
 Scheduling: an HTTP job's deadline is ``http_deadline_offset_s`` in the
 future, so the engine's workers (which serve the earliest due work first)
-put live WebSocket streams ahead of it.  ``HttpSlots`` caps HTTP synthesis separately from
-the WebSocket's ``max_active_streams``.
+put live WebSocket streams ahead of it.  ``GatewayState.http_admission``
+(``max_http_streams``) caps HTTP synthesis separately from the WebSocket's
+``max_active_streams``; single requests are refused when it is full, batch
+items wait for a slot.
 
 Disconnects: ``SpeechResponse`` listens for ``http.disconnect`` while it
 produces; a disconnect cancels the producer, whose ``finally`` cancels the
@@ -35,7 +39,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -56,9 +60,10 @@ from gateway.audio.containers import (
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import (
     AudioChunk,
+    SegmentRequest,
+    StreamRequest,
     SynthesisError,
     SynthesisJob,
-    SynthesisRequest,
     VoiceInfo,
 )
 from gateway.errors import ErrorCode, GatewayError
@@ -69,18 +74,22 @@ from gateway.http_errors import (
     gateway_state,
     read_body,
 )
-from gateway.metrics import Metrics
 from gateway.routes.voices import resolve_voice
-from gateway.segmenter import Segmenter, is_speakable
+from gateway.segment_queue import SegmentQueue, speakable_segments
+from gateway.segmenter import is_speakable
 from gateway.server_state import GatewayState
-from gateway.session_config import MODEL_ALIASES
+from gateway.validation import (
+    check_instructions,
+    check_language,
+    check_model,
+    check_sample_rate,
+    check_speed,
+)
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["file", "audio", "sse"]
 
-MIN_SPEED = 0.25  #: OpenAI's range
-MAX_SPEED = 4.0
 SAMPLE_RATE_HEADER = "X-Sample-Rate"
 _SSE_MEDIA_TYPE = "text/event-stream"
 _request_ids = itertools.count(1)
@@ -113,42 +122,6 @@ class SpeechPlan:
     response_format: str
     sample_rate: int
     mode: Mode
-
-
-class HttpSlots:
-    """HTTP synthesis running at once (``max_http_streams``), on the
-    ``gateway_http_streams_active`` gauge.  Single requests are refused when
-    full; batch items wait for a slot."""
-
-    def __init__(self, limit: int, metrics: Metrics) -> None:
-        self.limit = limit
-        self.active = 0
-        self._metrics = metrics
-        self._freed = asyncio.Condition()
-
-    def try_acquire(self) -> bool:
-        if self.active >= self.limit:
-            return False
-        self.active += 1
-        self._metrics.http_streams_active.set(self.active)
-        return True
-
-    async def acquire(self) -> None:
-        async with self._freed:
-            await self._freed.wait_for(lambda: self.active < self.limit)
-            self.active += 1
-            self._metrics.http_streams_active.set(self.active)
-
-    async def release(self) -> None:
-        async with self._freed:
-            self.active = max(0, self.active - 1)
-            self._metrics.http_streams_active.set(self.active)
-            self._freed.notify()
-
-
-def http_slots(request: Request) -> HttpSlots:
-    slots: HttpSlots = request.app.state.http_slots
-    return slots
 
 
 # --- validation --------------------------------------------------------------------
@@ -192,14 +165,6 @@ def response_mode(body: SpeechBody) -> Mode:
     return "audio"  # OpenAI streams the body by default; `stream: true` is the same
 
 
-def _language_ok(requested: str, voice: VoiceInfo) -> bool:
-    wanted = requested.strip().casefold().replace("_", "-")
-    if wanted == "auto":
-        return True
-    names = (voice.language, voice.language_name, *voice.language_aliases)
-    return any(wanted == n.casefold().replace("_", "-") for n in names)
-
-
 async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) -> SpeechPlan:
     """Validate a request body into a plan, or raise ``GatewayError``."""
     state = gateway_state(request)
@@ -209,9 +174,8 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
             "batch items are returned whole: leave out stream and stream_format", "stream"
         )
     mode = response_mode(body)
-    if body.model is not None and body.model not in MODEL_ALIASES and body.model != engine.name:
-        known = ", ".join(sorted(MODEL_ALIASES | {engine.name}))
-        raise _invalid(f"unknown model {body.model!r}; use one of {known}", "model")
+    if body.model is not None:
+        check_model(body.model, engine.name)
     text = body.input
     if not text.strip():
         raise _invalid("`input` is empty", "input")
@@ -223,15 +187,8 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         )
     if not is_speakable(text):
         raise _invalid("`input` has nothing speakable (no letters or digits)", "input")
-    if not MIN_SPEED <= body.speed <= MAX_SPEED:
-        raise _invalid(f"speed must be {MIN_SPEED} to {MAX_SPEED}, got {body.speed}", "speed")
-    if body.instructions is not None and body.instructions.strip():
-        raise GatewayError(
-            ErrorCode.UNSUPPORTED_OPTION,
-            f"`instructions` cannot be honoured by the {engine.name!r} engine (it has no"
-            " style prompt); leave it empty",
-            param="instructions",
-        )
+    check_speed(body.speed)
+    check_instructions(body.instructions, engine.name)
     fmt = body.response_format
     if fmt not in RESPONSE_FORMATS:
         raise _invalid(
@@ -245,31 +202,26 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
             f"response_format {fmt!r} is not available: {support.reasons[fmt]}",
             param="response_format",
         )
-    if body.sample_rate is not None and not 8000 <= body.sample_rate <= 48000:
-        raise _invalid("sample_rate must be 8000 to 48000 Hz", "sample_rate")
+    if body.sample_rate is not None:
+        check_sample_rate(body.sample_rate)
     try:
         rate = output_rate(fmt, 0, body.sample_rate)
     except ValueError as exc:
         raise GatewayError(ErrorCode.UNSUPPORTED_OPTION, str(exc), param="sample_rate") from None
     name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     voice = await resolve_voice(request, name)
-    if body.language is not None and not _language_ok(body.language, voice):
-        raise GatewayError(
-            ErrorCode.UNSUPPORTED_OPTION,
-            f"voice {voice.name!r} speaks {voice.language} ({voice.language_name}), not"
-            f' {body.language!r}; use "auto" or another voice',
-            param="language",
-        )
+    if body.language is not None:
+        check_language(body.language, voice)
     return SpeechPlan(text, voice, body.speed, fmt, rate, mode)
 
 
 # --- synthesis ---------------------------------------------------------------------
 
 
-def segments_of(text: str, state: GatewayState) -> list[str]:
-    segmenter = Segmenter("auto", max_chars=state.settings.max_segment_chars)
-    pieces = segmenter.push(text) + segmenter.flush()
-    return [p.strip() for p in pieces if is_speakable(p)]
+@dataclass(eq=False)
+class _Segment:
+    text: str
+    job: SynthesisJob | None = None
 
 
 async def synthesize(
@@ -280,35 +232,37 @@ async def synthesize(
     engine = state.engine
     offset = state.settings.http_deadline_offset_s
 
-    def submit(text: str) -> SynthesisJob:
-        return engine.submit(
-            SynthesisRequest(
-                text=text,
-                voice=plan.voice.name,
-                speed=plan.speed,
-                alignment=False,
-                deadline=time.monotonic() + offset,
-                first_in_utterance=False,  # a WebSocket utterance's first chunk goes first
-                label=label,
-            )
+    stream = engine.open_stream(
+        StreamRequest(
+            voice=plan.voice.name,
+            speed=plan.speed,
+            alignment=False,
+            first_audio_priority=False,  # a WebSocket utterance's first chunk goes first
+            label=label,
+        )
+    )
+
+    def submit(segment: _Segment) -> None:
+        segment.job = stream.submit(
+            SegmentRequest(text=segment.text, deadline=time.monotonic() + offset)
         )
 
-    segments = segments_of(plan.text, state)
+    # the next segment is submitted while the current one decodes: its
+    # acoustic stage overlaps our decode (gateway.segment_queue)
+    segments: SegmentQueue[_Segment] = SegmentQueue(submit)
+    for text in speakable_segments(plan.text, state.settings.max_segment_chars):
+        segments.append(_Segment(text))
     resampler = StreamResampler(plan.voice.sample_rate, plan.sample_rate)
-    #: submitted and not finished: the current segment's job, then the next
-    jobs: list[SynthesisJob] = []
     try:
-        for i, text in enumerate(segments):
-            if not jobs:
-                jobs.append(submit(text))
-            if i + 1 < len(segments):
-                jobs.append(submit(segments[i + 1]))  # its acoustic stage overlaps our decode
-            async for event in jobs[0]:
+        while segments.waiting:
+            job = segments.start_next().job
+            assert job is not None
+            async for event in job:
                 if isinstance(event, AudioChunk):
                     out = resampler.process(event.samples)
                     if out.size:
                         yield out
-            jobs.pop(0)
+            segments.finish()
             state.metrics.sentences.inc()
         tail = resampler.flush()
         if tail.size:
@@ -316,8 +270,8 @@ async def synthesize(
     finally:
         # closed early (a disconnect, a cancelled task): stop every job now,
         # not when the garbage collector finalizes their iterators
-        for job in jobs:
-            job.cancel()
+        segments.clear()
+        stream.cancel()
 
 
 async def encoded_audio(
@@ -385,7 +339,7 @@ class SpeechResponse:
         headers: dict[str, str],
         state: GatewayState,
         whole: bool = False,
-        on_close: Any = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self.body = body
         self.media_type = media_type
@@ -459,7 +413,7 @@ class SpeechResponse:
                 producer.cancel()
                 await asyncio.gather(producer, return_exceptions=True)
             if self.on_close is not None:
-                await self.on_close()
+                self.on_close()
 
 
 async def _never_receive() -> Message:
@@ -483,7 +437,7 @@ async def speech(request: Request) -> Response | SpeechResponse:
         plan = await make_plan(request, decode_body(raw))
     except GatewayError as exc:
         return error_response(exc, state)
-    slots = http_slots(request)
+    slots = state.http_admission
     if not slots.try_acquire():
         return error_response(
             GatewayError(
@@ -519,7 +473,7 @@ async def _batch_item(
     limit: asyncio.Semaphore,
 ) -> dict[str, Any]:
     state = gateway_state(request)
-    slots = http_slots(request)
+    slots = state.http_admission
     try:
         plan = await make_plan(request, decode_body(fields), batch=True)
         plan = SpeechPlan(
@@ -536,7 +490,7 @@ async def _batch_item(
                 finally:
                     await audio.aclose()
             finally:
-                await slots.release()
+                slots.release()
     except GatewayError as exc:
         state.metrics.errors.labels(code=str(exc.code)).inc()
         return {"index": index, "status": "error", **error_body(exc)}

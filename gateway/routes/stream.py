@@ -1,8 +1,11 @@
 """The WebSocket endpoint ``/v1/audio/speech/stream``: a thin async layer.
 
 It admits the connection, then runs the reader loop: receive a frame,
-decode it into a typed message, hand it to the ``Session``.  It never waits
-on synthesis.  Everything about state lives in ``gateway.session``.
+decode it into a typed message, hand it to the session core
+(``gateway.session.Session.handle``) and perform the actions it returns
+(``Connection.perform``: send a message, answer a voice request, close).
+It never waits on synthesis.  Everything about state lives in
+``gateway.session``; every send goes through ``gateway.outbound.Outbound``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.outbound import ConnectionGone, Outbound
 from gateway.routes.security import check_websocket
 from gateway.server_state import GatewayState, RateLimiter
-from gateway.session import Session, State
+from gateway.session import Action, AnswerVoiceRequest, Close, Session, State
+from gateway.voice_requests import VoiceDesk
 
 log = logging.getLogger(__name__)
 
@@ -70,22 +74,18 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             CloseCode.TRY_AGAIN,
         )
         return
-    session = Session(
-        out,
-        state.engine,
-        settings,
-        state.metrics,
-        state.admission,
-        websocket.app.state.voice_store,
+    session = Session(state.engine, settings, state.metrics, state.admission, out)
+    conn = Connection(
+        session, out, VoiceDesk(state.engine, settings, websocket.app.state.voice_store)
     )
     state.sessions += 1
     state.sessions_by_client[client] = state.sessions_by_client.get(client, 0) + 1
-    state.live_sessions.add(session)
+    state.live_sessions.add(conn)
     state.metrics.sessions_active.inc()
     session.log.info("session opened from %s", client)
     try:
         await out.event(session.created_message())
-        await _read_loop(websocket, session)
+        await _read_loop(websocket, conn)
     except ConnectionGone:
         pass
     finally:
@@ -94,12 +94,78 @@ async def stream_endpoint(websocket: WebSocket) -> None:
         state.sessions_by_client[client] -= 1
         if not state.sessions_by_client[client]:
             del state.sessions_by_client[client]
-        state.live_sessions.discard(session)
+        state.live_sessions.discard(conn)
         state.metrics.sessions_active.dec()
         session.log.info("session closed")
 
 
-async def _read_loop(websocket: WebSocket, session: Session) -> None:
+class Connection:
+    """A session core and its sender: performs what the core decides.
+
+    Also what ``GatewayState`` drains at shutdown (``server_state.LiveSession``)."""
+
+    def __init__(self, session: Session, out: Outbound, voices: VoiceDesk) -> None:
+        self.session = session
+        self.out = out
+        self.voices = voices
+
+    async def perform(self, actions: list[Action]) -> bool:
+        """Send, answer or close, in order; False once the session ends."""
+        session = self.session
+        for action in actions:
+            match action:
+                case Close(code=code, reason=reason):
+                    await self.close(code, reason)
+                    return False
+                case AnswerVoiceRequest(request=request):
+                    # the reader waits for the store (replies keep request
+                    # order, a client cannot pile up uploads); audio goes on
+                    try:
+                        reply = await self.voices.answer(request)
+                    except GatewayError as error:
+                        refused = session.report_error(
+                            error, request_id=request.request_id, may_be_fatal=False
+                        )
+                        if not await self.perform(refused):
+                            return False
+                        continue
+                    await self.out.event(reply)
+                case _:
+                    await self.out.event(action)
+        return True
+
+    async def receive(self, message: protocol.ClientMessage) -> bool:
+        """Hand one decoded message to the core; False once the session ends."""
+        if isinstance(message, protocol.SessionConfig):
+            try:
+                message = await self.voices.resolve_config_voices(message)
+            except GatewayError as error:
+                return await self.perform(self.session.report_error(error))
+        return await self.perform(self.session.handle(message))
+
+    def busy(self) -> bool:
+        return self.session.busy()
+
+    async def begin_drain(self) -> None:
+        await self.perform(self.session.begin_drain())
+
+    async def close(self, code: int, reason: str) -> None:
+        """Cancel everything (reporting what was not spoken), then close."""
+        session = self.session
+        reports = session.begin_close()
+        if reports is None:
+            return
+        try:
+            await self.perform(reports)
+            await session.settle()
+        except ConnectionGone:
+            pass
+        await session.shutdown()
+        await self.out.close(code, reason)
+
+
+async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
+    session = conn.session
     settings = session.settings
     rate = RateLimiter(settings.max_messages_per_second, 1.0)
     last_rate_error = 0.0
@@ -115,14 +181,14 @@ async def _read_loop(websocket: WebSocket, session: Session) -> None:
                 continue  # audio is still being produced or sent: not idle
             which = "config" if first else "idle"
             code = CloseCode.CONFIG_TIMEOUT if first else CloseCode.IDLE_TIMEOUT
-            await session.out.event(
+            await conn.out.event(
                 protocol.Error(
                     code=ErrorCode.TIMEOUT,
                     message=f"{which} timeout: no message for {timeout:g} s",
                     fatal=True,
                 )
             )
-            await session.close(code, f"{which} timeout")
+            await conn.close(code, f"{which} timeout")
             return
         first = False
         if frame["type"] == "websocket.disconnect":
@@ -132,13 +198,13 @@ async def _read_loop(websocket: WebSocket, session: Session) -> None:
             now = time.monotonic()
             if now - last_rate_error >= 1.0:  # one error a second, not one per message
                 last_rate_error = now
-                await session.report_error(
-                    GatewayError(
-                        ErrorCode.RATE_LIMITED,
-                        f"over {settings.max_messages_per_second} messages per second;"
-                        " messages are being dropped",
-                    )
+                error = GatewayError(
+                    ErrorCode.RATE_LIMITED,
+                    f"over {settings.max_messages_per_second} messages per second;"
+                    " messages are being dropped",
                 )
+                if not await conn.perform(session.report_error(error)):
+                    return
             continue
         text = frame.get("text")
         if text is None:
@@ -146,17 +212,17 @@ async def _read_loop(websocket: WebSocket, session: Session) -> None:
                 ErrorCode.INVALID_MESSAGE,
                 "binary frames from the client are not part of the protocol; send JSON text",
             )
-            await session.report_error(error)
+            if not await conn.perform(session.report_error(error)):
+                return
             continue
-        message: protocol.ClientMessage | None = None
         try:
             message = protocol.decode_client(text)
-            if not await session.handle(message):
-                return
         except GatewayError as error:
-            context_id = getattr(message, "context_id", None)
-            if await session.report_error(error, context_id):
+            if not await conn.perform(session.report_error(error)):
                 return
+            continue
+        if not await conn.receive(message):
+            return
 
 
 def _echo_subprotocol(websocket: WebSocket) -> str | None:

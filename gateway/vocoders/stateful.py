@@ -8,9 +8,10 @@ has not caught up with.  Pushing latent frames returns every output sample
 that those frames determine; ``flush`` at the end of the utterance returns the
 rest (the right-hand zero padding of the whole-utterance decode).  The
 concatenated output equals ``HifiGan.forward`` on the whole latent up to float
-rounding, and the total work equals one whole-utterance decode: the windowed
-scheme in ``hifigan.py`` recomputes ``2 x context`` frames per chunk (1.6x the
-work at 32-frame chunks, 2.1x at 16).
+rounding, and the total work equals one whole-utterance decode.  (The
+stateless windowed scheme this replaced, gone from the code, decoded each
+chunk with 10 frames of context on each side: 1.6x the work at 32-frame
+chunks, 2.1x at 16.)
 
 The output lags the input by ``lag`` samples (the decoder's right-hand
 receptive field, about 11 latent frames for Piper's medium voices), so a chunk

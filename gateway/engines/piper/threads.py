@@ -28,7 +28,7 @@ import os
 
 import torch
 
-from gateway.engines.decode_worker import DecodeWorker
+from gateway.engines.deadline_worker import DeadlineWorker
 
 
 def default_threads() -> int:
@@ -41,8 +41,8 @@ class ThreadPlan:
         self,
         acoustic_threads: int,
         vocoder_threads: int,
-        acoustic_worker: DecodeWorker,
-        decode_worker: DecodeWorker,
+        acoustic_worker: DeadlineWorker,
+        decode_worker: DeadlineWorker,
         adaptive: bool = True,
     ) -> None:
         # counts that follow the load can change the last bit of the audio

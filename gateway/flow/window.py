@@ -1,5 +1,5 @@
-"""Application-level flow control for one context: how far ahead of the
-listener the server may send.
+"""The listener window: how far ahead of the listener one context may send
+(application-level flow control).
 
 Modes (``session.config.flow_control``):
 
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from gateway.protocol import FlowControl, PositionSource
 
 
-class FlowWindow:
+class ListenerWindow:
     def __init__(self, mode: FlowControl = "none", max_lead_ms: float = 1000.0) -> None:
         self.mode: FlowControl = mode
         self.max_lead_ms = float(max_lead_ms)
@@ -79,7 +79,7 @@ class FlowWindow:
             self._anchor_time = now
         self.sent_ms += frame_ms
 
-    def on_played(self, played_ms: float, now: float) -> None:
+    def on_played(self, played_ms: float) -> None:
         """A client report; positions only move forward."""
         if played_ms > self.played_ms:
             self.played_ms = played_ms

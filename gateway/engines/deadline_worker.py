@@ -1,11 +1,11 @@
 """A worker thread that runs model work items, the earliest due first.
 
-What this module is for: the decode worker (one per torch device) orders
-vocoder chunks across every session by when their audio is due (the engine
-says when: for Piper, ``job.PiperJob.chunk_due``).  The engine's acoustic
-worker is the same thread type ordering acoustic work by the same rule.
-Results go back to asyncio through ``loop.call_soon_threadsafe``, which the
-items do themselves.
+What this module is for: an engine with a scheduler of its own runs its
+model work on these threads, ordered across every session by when the audio
+is due (the engine says when: for Piper, ``job.PiperSegment.chunk_due``).
+Piper has two: the acoustic worker (text encoder, flow) and the decode
+worker (vocoder chunks, one per torch device).  Results go back to asyncio
+through ``delivery.DeliveredJob``, which the items call.
 
 Batch size 1 costs no latency: an item runs as soon as the thread is free, it
 never waits to fill a batch.  (Batching measured no gain on the 2-core CPU;
@@ -39,7 +39,7 @@ class WorkItem(abc.ABC):
         """Do the work and deliver the result; must not raise."""
 
 
-class DecodeWorker:
+class DeadlineWorker:
     """A daemon thread serving ``WorkItem``s from a priority queue."""
 
     def __init__(self, name: str) -> None:

@@ -1,0 +1,118 @@
+"""Compare two commits with the harness in one sitting, runs alternating.
+
+This machine is noisy and drifts between faster and slower phases, so an
+old/new comparison is only fair when both commits are measured in the same
+minutes: this script checks each commit out into a detached git worktree,
+runs ``python -m gateway bench`` from each in turn (old, new, old, new, ...),
+and prints one JSON line per run plus a closing line with the medians.
+
+    .venv/bin/python bench/ab_compare.py --old 6d54e2c --new HEAD --runs 3 \
+        --out bench/results/ab_compare.jsonl
+
+Both commits run with this checkout's virtualenv (``sys.executable``); the
+harness starts each server from its own worktree, so each serves its own
+code.  Extra harness arguments follow ``--``; the default workload is the
+flushed-sentence scenario plus the flushed-paragraph capacity steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BENCH = [
+    "--scenarios",
+    "flush,capacity",
+    "--utterances",
+    "20",
+    "--capacity-pacing",
+    "flush",
+    "--levels",
+    "1,2,3,4,5,6,8",
+]
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def summarize(path: Path) -> dict[str, Any]:
+    """The figures compared: flush time to first audio and capacity."""
+    flush: dict[str, Any] = {}
+    held: int | None = None
+    steps: list[dict[str, Any]] = []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("target") != "gateway":
+            continue
+        if row.get("kind") == "summary" and row.get("scenario") == "flush":
+            flush = row["ttfa_flush_ms"]
+        if row.get("kind") == "capacity":
+            held = row["held_level"]
+            steps = row["steps"]
+    return {
+        "flush_ttfa_p50_ms": flush.get("p50"),
+        "flush_ttfa_p95_ms": flush.get("p95"),
+        "capacity_held": held,
+        "capacity_steps": steps,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", required=True, help="the commit before the change")
+    parser.add_argument("--new", default="HEAD", help="the commit with the change")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each commit")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/ab_compare.jsonl"))
+    parser.add_argument("bench", nargs="*", help="harness arguments (after --)")
+    args = parser.parse_args()
+    bench_args = args.bench or DEFAULT_BENCH
+    repo = Path(git("rev-parse", "--show-toplevel"))
+    commits = {"old": git("rev-parse", args.old), "new": git("rev-parse", args.new)}
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="ab-compare-") as tmp:
+        trees = {}
+        for label, commit in commits.items():
+            tree = Path(tmp) / label
+            git("worktree", "add", "--detach", str(tree), commit, cwd=repo)
+            trees[label] = tree
+        try:
+            for run in range(args.runs):
+                for label in ("old", "new"):
+                    out = Path(tmp) / f"{label}-{run}.jsonl"
+                    command = [sys.executable, "-m", "gateway", "bench", *bench_args]
+                    command += ["--out", str(out), "--report", str(out.with_suffix(".html"))]
+                    subprocess.run(command, cwd=trees[label], check=True)
+                    row = {"kind": "ab_run", "label": label, "commit": commits[label], "run": run}
+                    row.update(summarize(out))
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        finally:
+            for tree in trees.values():
+                git("worktree", "remove", "--force", str(tree), cwd=repo)
+    closing: dict[str, Any] = {"kind": "ab_median", "bench_args": bench_args}
+    for label in ("old", "new"):
+        mine = [r for r in rows if r["label"] == label]
+        closing[label] = {
+            "commit": commits[label],
+            "flush_ttfa_p50_ms": statistics.median(r["flush_ttfa_p50_ms"] for r in mine),
+            "flush_ttfa_p95_ms": statistics.median(r["flush_ttfa_p95_ms"] for r in mine),
+            "capacity_held": statistics.median(r["capacity_held"] for r in mine),
+        }
+    print(json.dumps(closing), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w") as fh:
+        for row in [*rows, closing]:
+            fh.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

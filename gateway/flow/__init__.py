@@ -1,0 +1,22 @@
+"""Flow control and admission, in one place.
+
+Everything that bounds how much a client may make the server hold or do:
+
+* ``window``: ``ListenerWindow``, how far ahead of the listener one context
+  may send (``session.config.flow_control``: ``none``/``ack``/``realtime``);
+* ``budget``: ``DecodeBudget``, decoded but unsent audio one session may hold
+  (``max_buffered_ms``), shared by its engine jobs;
+* ``stall``: ``StallGuard``, the stall close policy (a send that waits
+  ``stall_timeout_s`` for the client to read closes the connection with
+  4008); the transport-specific close itself is in ``gateway.outbound``;
+* ``admission``: ``Admission``, how many utterances (WebSocket) or responses
+  (HTTP) synthesize at once across the server.
+
+The transport's own write backpressure (a bounded send buffer) is in
+``gateway.outbound``; the engine-side bound on audio a job holds before the
+consumer takes it is the engine's (``gateway.engines``).
+
+This package imports nothing from the rest of the gateway except
+``gateway.protocol`` and ``gateway.errors``: session, speaker, routes and
+engines all depend on it, never the other way round.
+"""

@@ -1,0 +1,75 @@
+"""Admission and the stall policy (gateway.flow), without a server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.flow.admission import Admission
+from gateway.flow.stall import Stalled, StallGuard
+
+
+class RecordingGauge:
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def set(self, value: float) -> None:
+        self.values.append(value)
+
+
+def test_try_acquire_refuses_beyond_the_limit() -> None:
+    gauge = RecordingGauge()
+    admission = Admission(2, gauge)
+    assert admission.try_acquire()
+    assert admission.try_acquire()
+    assert not admission.try_acquire()
+    admission.release()
+    assert admission.try_acquire()
+    admission.release(5)  # never below zero
+    assert admission.active == 0
+    assert gauge.values == [1, 2, 1, 2, 0]
+
+
+async def test_waiters_get_released_slots_in_order() -> None:
+    admission = Admission(1, RecordingGauge())
+    assert admission.try_acquire()
+    order: list[int] = []
+
+    async def wait(i: int) -> None:
+        await admission.acquire()
+        order.append(i)
+
+    tasks = [asyncio.create_task(wait(i)) for i in range(3)]
+    await asyncio.sleep(0)
+    assert order == [] and admission.active == 1
+    assert not admission.try_acquire()  # queued waiters come first
+    for expected in ([0], [0, 1], [0, 1, 2]):
+        admission.release()
+        await asyncio.sleep(0)
+        assert order == expected
+        assert admission.active == 1
+    await asyncio.gather(*tasks)
+    admission.release()
+    assert admission.active == 0
+
+
+async def test_a_cancelled_waiter_gives_its_place_back() -> None:
+    admission = Admission(1, RecordingGauge())
+    assert admission.try_acquire()
+    waiter = asyncio.create_task(admission.acquire())
+    await asyncio.sleep(0)
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    admission.release()
+    assert admission.active == 0
+    assert admission.try_acquire()
+
+
+async def test_stall_guard_raises_stalled_past_the_timeout() -> None:
+    guard = StallGuard(0.01)
+    with pytest.raises(Stalled):
+        async with guard.send():
+            await asyncio.sleep(1)
+    async with StallGuard(None).send():
+        await asyncio.sleep(0)  # no timeout: never stalls
