@@ -22,6 +22,8 @@ from starlette.staticfiles import StaticFiles
 from gateway import __version__
 from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
+from gateway.http_limits import ApiGuard
+from gateway.logs import quiet_client_mistakes
 from gateway.metrics import Metrics, watch_loop_lag
 from gateway.outbound import TransportMiddleware
 from gateway.resources import WEB_DIR
@@ -56,6 +58,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     """Build the app.  An ``engine`` passed in must be started already and is
     not closed by the app (tests share one engine between servers)."""
     owns_engine = engine is None
+    quiet_client_mistakes()
     the_engine = engine if engine is not None else create_engine(settings)
     state = GatewayState(settings=settings, engine=the_engine, metrics=Metrics())
     state.metrics.track_engine(the_engine.queue_depth, the_engine.live_jobs)
@@ -97,8 +100,10 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     # the demo page ships inside the package (gateway/resources.py): serve it
     # unconditionally, so a packaging mistake fails at start, not as a 404
     routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
-    # the stall timeout reaches uvicorn's transport through this (outbound.py)
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(TransportMiddleware)])
+    # the stall timeout reaches uvicorn's transport through this (outbound.py);
+    # it must stay outermost.  ApiGuard: Host, Origin, per-client HTTP limits.
+    middleware = [Middleware(TransportMiddleware), Middleware(ApiGuard, state=state)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.gateway = state
     app.state.voice_store = voice_store
     return app

@@ -11,6 +11,7 @@ from types import FrameType
 
 import uvicorn
 
+from gateway.routes.security import startup_warnings
 from gateway.server_state import GatewayState
 from gateway.settings import SettingsError, load_settings
 
@@ -30,8 +31,10 @@ def uvicorn_options(settings: object) -> dict[str, object]:
         "ws_max_size": settings.max_message_bytes,
         # audio does not compress; deflate would only add latency and memory
         "ws_per_message_deflate": False,
+        # X-Forwarded-For is believed only from listed proxies; by default
+        # none, so a client cannot pick its own address for the per-client limits
         "forwarded_allow_ips": settings.forwarded_allow_ips,
-        "proxy_headers": True,
+        "proxy_headers": bool(settings.forwarded_allow_ips.strip()),
         "log_config": None,
         "timeout_graceful_shutdown": settings.drain_timeout_s + 5,
     }
@@ -46,13 +49,9 @@ def _serve(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.api_keys)
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_keys:
-        log.warning(
-            "listening on %s without API keys: anyone who can reach this port can use it;"
-            " set api_keys (GATEWAY_API_KEYS)",
-            settings.host,
-        )
+    configure_logging(settings.log_level, settings.accepted_keys)
+    for warning in startup_warnings(settings):
+        log.warning("%s", warning)
     try:
         # an engine checks here that its device settings can be honoured
         app = create_app(settings)

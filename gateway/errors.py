@@ -54,6 +54,7 @@ class ErrorCode(enum.StrEnum):
     MESSAGE_TOO_LARGE = "message_too_large"
     UNAUTHORIZED = "unauthorized"
     ORIGIN_NOT_ALLOWED = "origin_not_allowed"
+    HOST_NOT_ALLOWED = "host_not_allowed"
     BUSY = "busy"
     RATE_LIMITED = "rate_limited"
     TIMEOUT = "timeout"
@@ -106,13 +107,20 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         "never", None, 400, _BAD, "Text over the per-message or per-utterance limit."
     ),
     ErrorCode.MESSAGE_TOO_LARGE: ErrorSpec(
-        "never", None, 413, _BAD, "A message or request body over its size limit."
+        "never", None, 413, _BAD, "A message, request body or form over its size or part limit."
     ),
     ErrorCode.UNAUTHORIZED: ErrorSpec(
         "always", CloseCode.POLICY, 401, "authentication_error", "Missing or wrong API key."
     ),
     ErrorCode.ORIGIN_NOT_ALLOWED: ErrorSpec(
         "always", CloseCode.POLICY, 403, "permission_error", "The page's Origin is not allowed."
+    ),
+    ErrorCode.HOST_NOT_ALLOWED: ErrorSpec(
+        "always",
+        CloseCode.POLICY,
+        403,
+        "permission_error",
+        "The request's Host is not a name of this server (DNS rebinding defence).",
     ),
     ErrorCode.BUSY: ErrorSpec(
         "never",
@@ -122,7 +130,11 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         "The server is at capacity; the utterance or session was refused.",
     ),
     ErrorCode.RATE_LIMITED: ErrorSpec(
-        "never", None, 429, "rate_limit_error", "Too many messages or connections; dropped."
+        "never",
+        None,
+        429,
+        "rate_limit_error",
+        "Too many messages, connections or HTTP requests; dropped.",
     ),
     ErrorCode.TIMEOUT: ErrorSpec(
         "always",

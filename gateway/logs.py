@@ -2,6 +2,11 @@
 
 The redaction filter sits on the root handler, so uvicorn's access log of a
 query string (``?api_key=...``) is scrubbed as well as our own records.
+
+``quiet_client_mistakes`` turns uvicorn's traceback for a client's invalid
+UTF-8 text frame (logged with ``logger.exception`` before it closes the
+connection with 1007) into one INFO line: a client's mistake is not a
+server error.
 """
 
 from __future__ import annotations
@@ -47,3 +52,26 @@ def configure_logging(level: str, secrets: Iterable[str]) -> None:
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
+
+
+#: uvicorn's messages (logger ``uvicorn.error``) that report a client mistake
+CLIENT_MISTAKES = ("Invalid UTF-8 sequence received from client.",)
+
+
+class ClientMistakeFilter(logging.Filter):
+    """Downgrades ``CLIENT_MISTAKES`` to INFO without a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in CLIENT_MISTAKES:
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno = logging.INFO
+            record.levelname = logging.getLevelName(logging.INFO)
+        return True
+
+
+def quiet_client_mistakes() -> None:
+    """Install ``ClientMistakeFilter`` on uvicorn's error logger (once)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, ClientMistakeFilter) for f in logger.filters):
+        logger.addFilter(ClientMistakeFilter())

@@ -60,6 +60,7 @@ from gateway.flow.stall import (
     StallGuard,
 )
 from gateway.metrics import Metrics
+from gateway.pings import watch_pings
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ class ConnectionGone(Exception):
 class TransportMiddleware:
     """Pure ASGI middleware: remembers uvicorn's WebSocket protocol object
     (``send.__self__``) in the scope so that ``Outbound`` can abort a stalled
-    transport.  Does nothing for other scopes or servers."""
+    transport, and watches its ping frames for the idle timeout
+    (``gateway.pings``).  Does nothing for other scopes or servers."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -86,6 +88,7 @@ class TransportMiddleware:
             owner = getattr(send, "__self__", None)
             if owner is not None and hasattr(owner, "transport") and hasattr(owner, "conn"):
                 scope[SCOPE_KEY] = owner
+                watch_pings(owner, scope)
         await self.app(scope, receive, send)
 
 
@@ -97,6 +100,14 @@ def _cap_send_buffer(transport: Any) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
     except OSError as exc:  # not a TCP socket (tests, unix sockets)
         log.debug("SO_SNDBUF not set: %r", exc)
+
+
+def _abort_if_unsent(transport: Any) -> None:
+    """Abort the transport unless it is closing with nothing left to send:
+    then it is closed already (the client read the close frame), and
+    asyncio's ``abort`` on it raises ``AttributeError`` (its loop is gone)."""
+    if not transport.is_closing() or transport.get_write_buffer_size() > 0:
+        transport.abort()
 
 
 class Outbound:
@@ -164,7 +175,7 @@ class Outbound:
                 transport.close()  # flushes what it can, then closes
         except Exception as exc:  # the transport is already half gone: abort below
             log.debug("stall close failed: %r", exc)
-        asyncio.get_running_loop().call_later(STALL_CLOSE_TIMEOUT_S, transport.abort)
+        asyncio.get_running_loop().call_later(STALL_CLOSE_TIMEOUT_S, _abort_if_unsent, transport)
 
     async def close(self, code: int, reason: str = "") -> None:
         if self.gone:

@@ -379,13 +379,19 @@ def decode_client(data: str | bytes) -> ClientMessage:
     """Decode one client text frame or raise ``GatewayError`` with the right
     registry code and msgspec's message (which names the bad field's path)."""
     try:
-        return client_decoder.decode(data)
+        decoded = client_decoder.decode(data)
     except msgspec.DecodeError:
         pass  # classify below: the typed fast path failed
+    except RecursionError:
+        raise too_deep() from None
+    else:
+        return _checked(decoded)
     try:
         raw = _any_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise GatewayError(ErrorCode.INVALID_JSON, f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise too_deep() from None
     if not isinstance(raw, dict):
         raise GatewayError(
             ErrorCode.INVALID_MESSAGE,
@@ -407,4 +413,27 @@ def decode_client(data: str | bytes) -> ClientMessage:
     except msgspec.ValidationError as exc:
         code = ErrorCode.INVALID_CONFIG if cls is SessionConfig else ErrorCode.INVALID_MESSAGE
         raise GatewayError(code, f"{kind}: {exc}") from None
+    except RecursionError:
+        raise too_deep() from None
+    return _checked(message)
+
+
+def too_deep() -> GatewayError:
+    """JSON nested deeper than the decoder's recursion limit (about 1,000
+    levels): a client mistake, never a server failure.  Shared with the HTTP
+    routes."""
+    return GatewayError(
+        ErrorCode.INVALID_MESSAGE,
+        "the JSON is nested too deeply; no message of this protocol nests more than a few levels",
+    )
+
+
+def _checked(message: ClientMessage) -> ClientMessage:
+    """Checks the types cannot express: no NUL in text to be spoken (the
+    phonemizer is C code; a NUL would cut the sentence short)."""
+    if isinstance(message, InputText) and "\x00" in message.text:
+        raise GatewayError(
+            ErrorCode.INVALID_MESSAGE,
+            "input.text contains a NUL character (U+0000); remove it - at `$.text`",
+        )
     return message

@@ -114,10 +114,21 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ws_impl: Literal["websockets-sansio", "websockets", "wsproto"] = "websockets-sansio"
     #: API keys; empty means no authentication (loopback default)
     api_keys: list[str] = []
+    #: API keys of agent hosts (voice-agent servers running many calls from
+    #: one address): also accepted as API keys; a connection presenting one
+    #: is limited per key (``max_sessions_per_agent_key``, and
+    #: ``max_connections_per_minute`` per key) instead of per address
+    agent_api_keys: list[str] = []
     #: extra Origins allowed to open the WebSocket (same-origin is always allowed)
     allowed_origins: list[str] = []
-    #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting)
-    forwarded_allow_ips: str = "127.0.0.1"
+    #: Host names the API answers to, besides the loopback names (``localhost``,
+    #: ``127.0.0.1``, ``[::1]``) and the ``host`` address itself; any port.  A
+    #: leading dot matches subdomains; ``*`` turns the check off.  Bound to all
+    #: interfaces with none listed, any Host is accepted (with a warning).
+    allowed_hosts: list[str] = []
+    #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting, comma
+    #: separated); empty: trust no proxy, every limit counts the peer address
+    forwarded_allow_ips: str = ""
     # --- engine -------------------------------------------------------------
     #: registry name of the engine (``piper``, ``synthetic`` or one registered
     #: through the ``voice_gateway.engines`` entry-point group)
@@ -140,6 +151,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_contexts: int = 8
     max_sessions: int = 64
     max_sessions_per_client: int = 16
+    #: sessions per agent API key (``agent_api_keys``), whatever the address
+    max_sessions_per_agent_key: int = 64
     #: client messages per second per session; beyond it they are dropped
     max_messages_per_second: int = 100
     #: new connections per minute per client address
@@ -169,6 +182,12 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_batch_chars: int = 50_000
     #: items of one batch synthesizing at once
     batch_concurrency: int = 4
+    #: HTTP API requests per minute per client address; beyond it ``rate_limited``
+    max_http_requests_per_minute: int = 1200
+    #: HTTP API requests in progress at once per client address
+    max_http_requests_per_client: int = 16
+    #: parts of a ``multipart/form-data`` voice upload
+    max_form_parts: int = 16
 
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [
@@ -182,6 +201,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.max_contexts >= 1, "max_contexts must be >= 1"),
             (self.max_sessions >= 1, "max_sessions must be >= 1"),
             (self.max_sessions_per_client >= 1, "max_sessions_per_client must be >= 1"),
+            (self.max_sessions_per_agent_key >= 1, "max_sessions_per_agent_key must be >= 1"),
             (self.max_active_streams >= 1, "max_active_streams must be >= 1"),
             (self.max_messages_per_second >= 1, "max_messages_per_second must be >= 1"),
             (self.max_connections_per_minute >= 1, "max_connections_per_minute must be >= 1"),
@@ -196,8 +216,22 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.max_batch_items >= 1, "max_batch_items must be >= 1"),
             (self.max_batch_chars >= 1, "max_batch_chars must be >= 1"),
             (self.batch_concurrency >= 1, "batch_concurrency must be >= 1"),
+            (
+                self.max_http_requests_per_minute >= 1,
+                "max_http_requests_per_minute must be >= 1",
+            ),
+            (
+                self.max_http_requests_per_client >= 1,
+                "max_http_requests_per_client must be >= 1",
+            ),
+            (self.max_form_parts >= 2, "max_form_parts must be >= 2"),
         ]
         _check(checks)
+
+    @property
+    def accepted_keys(self) -> list[str]:
+        """Every API key the server accepts: ``api_keys`` and ``agent_api_keys``."""
+        return [*self.api_keys, *self.agent_api_keys]
 
     @property
     def data_path(self) -> Path:

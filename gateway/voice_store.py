@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import soundfile as sf
+from disarm import skeleton_key
 
 from gateway.errors import ErrorCode, GatewayError
 
@@ -84,6 +85,16 @@ def name_key(name: str) -> str:
     return unicodedata.normalize("NFC", name).strip().casefold()
 
 
+def name_skeleton(name: str) -> str:
+    """What a name looks like: its Unicode TR39 confusable skeleton, from
+    disarm's ``skeleton_key`` (the TR39 prototype fold, case-folded, with
+    TR39's ``1``/``l``/``I`` and ``0``/``O`` classes).  Two names with one
+    skeleton are refused as confusable (``јое`` in Cyrillic beside ``joe``).
+    disarm deliberately leaves out TR39's multi-letter fold ``m`` -> ``rn``,
+    so ``rn`` and ``m`` stay distinct names."""
+    return skeleton_key(name_key(name), digit_policy="tr39")
+
+
 def sniff(data: bytes) -> str | None:
     """The container format from the first bytes, or None if not one we decode."""
     if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WAVE":
@@ -111,7 +122,14 @@ def probe(data: bytes, fmt: str) -> tuple[float, int]:
                 if frames > rate * (MAX_DURATION_S + 1):
                     break  # long enough to refuse; no need to decode the rest
     except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as exc:
-        raise _bad(f"the audio could not be decoded as {fmt}: {exc}", "audio") from None
+        # libsndfile's message names the in-memory file object (a memory
+        # address): log it for the operator, answer without internals
+        log.debug("audio probe failed: %r", exc)
+        raise _bad(
+            f"the audio could not be decoded as {fmt}: the file is damaged, truncated or"
+            f" not really {fmt}; upload a complete WAV, FLAC, Ogg or MP3 file",
+            "audio",
+        ) from None
     if frames == 0 or rate <= 0:
         raise _bad(f"the {fmt} file holds no audio", "audio")
     return frames / rate, rate
@@ -280,8 +298,13 @@ class VoiceStore:
     ) -> StoredVoice:
         """Store a validated upload; raises ``GatewayError`` on a duplicate name."""
         key = name_key(name)
+        reserved = list(reserved)
         if key in {name_key(r) for r in reserved}:
             raise _duplicate(name, "a built-in voice or alias")
+        skeleton = name_skeleton(name)
+        for other in reserved:
+            if name_skeleton(other) == skeleton:
+                raise _confusable(name, other)
         ext, media_type, _ = FORMATS[fmt]
         voice = StoredVoice(
             id=uuid.uuid4().hex,
@@ -302,6 +325,9 @@ class VoiceStore:
         with self._lock:
             if self.db.execute("SELECT 1 FROM voices WHERE name_key = ?", (key,)).fetchone():
                 raise _duplicate(name, "an uploaded voice")
+            for (other,) in self.db.execute("SELECT name FROM voices"):
+                if name_skeleton(other) == skeleton:
+                    raise _confusable(name, other)
             _write_atomically(final, data)
             try:
                 self.db.execute(
@@ -346,6 +372,15 @@ def _duplicate(name: str, what: str) -> GatewayError:
     return GatewayError(
         ErrorCode.INVALID_STATE,
         f"a voice named {name!r} already exists ({what}; names are compared case-insensitively)",
+        param="name",
+    )
+
+
+def _confusable(name: str, other: str) -> GatewayError:
+    return GatewayError(
+        ErrorCode.INVALID_STATE,
+        f"the name {name!r} looks like the existing voice {other!r} (Unicode confusables);"
+        " choose a name that reads differently",
         param="name",
     )
 

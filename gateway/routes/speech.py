@@ -74,6 +74,8 @@ from gateway.http_errors import (
     gateway_state,
     read_body,
 )
+from gateway.protocol import too_deep
+from gateway.routes.batch_checks import check_batch_inputs
 from gateway.routes.voices import resolve_voice
 from gateway.segment_queue import SegmentQueue, speakable_segments
 from gateway.segmenter import is_speakable
@@ -140,6 +142,8 @@ def decode_body(data: bytes | dict[str, Any]) -> SpeechBody:
         raise GatewayError(ErrorCode.INVALID_MESSAGE, str(exc)) from None
     except msgspec.DecodeError as exc:
         raise GatewayError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise too_deep() from None
 
 
 #: formats whose streamed form lacks what a whole-file reader needs: a
@@ -179,6 +183,8 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
     text = body.input
     if not text.strip():
         raise _invalid("`input` is empty", "input")
+    if "\x00" in text:
+        raise _invalid("`input` contains a NUL character (U+0000); remove it", "input")
     if len(text) > settings.max_utterance_chars:
         raise GatewayError(
             ErrorCode.TEXT_TOO_LONG,
@@ -274,16 +280,33 @@ async def synthesize(
         stream.cancel()
 
 
+async def _in_thread(fn: Callable[..., bytes], *args: Any) -> bytes:
+    """``fn(*args)`` in a worker thread.  Cancelled meanwhile, it still waits
+    for the call to return (the caller closes the encoder next, which must
+    not happen under a running ``push``), then re-raises the cancel."""
+    call = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        while not call.done():  # an encoder call takes milliseconds
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({call})
+        if not call.cancelled():
+            call.exception()  # retrieved: the cancel is what the caller hears
+        raise
+
+
 async def encoded_audio(
     state: GatewayState, plan: SpeechPlan, label: str, encoder: ContainerEncoder
 ) -> AsyncGenerator[bytes, None]:
     audio = synthesize(state, plan, label)
     try:
         async for samples in audio:
-            data = encoder.push(samples)
+            # MP3 and Opus encoding is real work: never on the event loop
+            data = await _in_thread(encoder.push, samples)
             if data:
                 yield data
-        tail = encoder.finish()
+        tail = await _in_thread(encoder.finish)
         if tail:
             yield tail
     finally:
@@ -447,7 +470,16 @@ async def speech(request: Request) -> Response | SpeechResponse:
             state,
         )
     label = f"http-{next(_request_ids)}"
-    encoder = ContainerEncoder(plan.response_format, plan.sample_rate, stream=plan.mode != "file")
+    try:
+        encoder = ContainerEncoder(
+            plan.response_format, plan.sample_rate, stream=plan.mode != "file"
+        )
+    except Exception:
+        slots.release()  # the response that would release it never starts
+        log.exception("creating the %s encoder failed", plan.response_format)
+        return error_response(
+            GatewayError(ErrorCode.INTERNAL, "the audio encoder could not be created"), state
+        )
     body = (
         sse_events(state, plan, label, encoder)
         if plan.mode == "sse"
@@ -516,6 +548,8 @@ def _batch_items(request: Request, raw: bytes) -> tuple[list[dict[str, Any]], di
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise GatewayError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise too_deep() from None
     if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
         raise GatewayError(
             ErrorCode.INVALID_MESSAGE,
@@ -529,6 +563,7 @@ def _batch_items(request: Request, raw: bytes) -> tuple[list[dict[str, Any]], di
         raise _invalid(
             f"{len(items)} items; a batch holds at most {settings.max_batch_items}", "items"
         )
+    check_batch_inputs(items, doc)
     total = sum(len(i.get("input", "")) for i in items if isinstance(i, dict))
     if total > settings.max_batch_chars:
         raise GatewayError(

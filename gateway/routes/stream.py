@@ -19,7 +19,9 @@ from starlette.websockets import WebSocket
 from gateway import protocol
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.outbound import ConnectionGone, Outbound
-from gateway.routes.security import check_websocket
+from gateway.pings import SCOPE_KEY as PINGS_KEY
+from gateway.pings import PingWatch
+from gateway.routes.security import agent_identity, check_websocket
 from gateway.server_state import GatewayState, RateLimiter
 from gateway.session import Action, AnswerVoiceRequest, Close, Session, State
 from gateway.voice_requests import VoiceDesk
@@ -43,25 +45,27 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             CloseCode.TRY_AGAIN,
         )
         return
-    client = websocket.client.host if websocket.client else "unknown"
+    # per-client limits: per agent key when one is presented, else per address
+    agent = agent_identity(websocket, state)
+    address = websocket.client.host if websocket.client else "unknown"
+    client = agent or address
+    holder = "this agent key" if agent else "this address"
+    per_client = settings.max_sessions_per_agent_key if agent else settings.max_sessions_per_client
     if not state.connection_allowed(client):
         await _refuse(
             out,
             GatewayError(
                 ErrorCode.RATE_LIMITED,
                 f"more than {settings.max_connections_per_minute} connections per minute"
-                " from this address; slow down",
+                f" from {holder}; slow down",
             ),
             CloseCode.POLICY,
         )
         return
-    if state.sessions_by_client.get(client, 0) >= settings.max_sessions_per_client:
+    if state.sessions_by_client.get(client, 0) >= per_client:
         await _refuse(
             out,
-            GatewayError(
-                ErrorCode.BUSY,
-                f"this address already has {settings.max_sessions_per_client} sessions open",
-            ),
+            GatewayError(ErrorCode.BUSY, f"{holder} already has {per_client} sessions open"),
             CloseCode.TRY_AGAIN,
         )
         return
@@ -82,12 +86,15 @@ async def stream_endpoint(websocket: WebSocket) -> None:
     state.sessions_by_client[client] = state.sessions_by_client.get(client, 0) + 1
     state.live_sessions.add(conn)
     state.metrics.sessions_active.inc()
-    session.log.info("session opened from %s", client)
+    session.log.info("session opened from %s%s", address, f" ({agent})" if agent else "")
     try:
         await out.event(session.created_message())
         await _read_loop(websocket, conn)
     except ConnectionGone:
         pass
+    except Exception:  # a server bug: say so (1011) rather than drop the connection
+        session.log.exception("session failed unexpectedly")
+        await _fail(conn)
     finally:
         await session.shutdown()
         state.sessions -= 1
@@ -170,27 +177,42 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
     rate = RateLimiter(settings.max_messages_per_second, 1.0)
     last_rate_error = 0.0
     first = True
+    pings: PingWatch | None = websocket.scope.get(PINGS_KEY)
+    #: when the idle period began: the last client message, ping frame or
+    #: moment audio was still being produced
+    active_at = time.monotonic()
     while session.state is State.OPEN:
-        timeout = settings.config_timeout_s if first else settings.idle_timeout_s
+        if first:
+            timeout = settings.config_timeout_s
+        else:
+            timeout = max(0.0, active_at + settings.idle_timeout_s - time.monotonic())
         try:
             # asyncio.timeout: wait_for (3.11) can swallow a cancel of this task
             async with asyncio.timeout(timeout):
                 frame = await websocket.receive()
         except TimeoutError:
-            if not first and session.producing():
-                continue  # audio is still being produced or sent: not idle
+            if not first:
+                if pings is not None and pings.last is not None and pings.last > active_at:
+                    active_at = pings.last  # a ping frame: the client is there
+                    continue
+                if session.producing():
+                    active_at = time.monotonic()  # audio still going out: not idle
+                    continue
             which = "config" if first else "idle"
+            limit = settings.config_timeout_s if first else settings.idle_timeout_s
+            quiet = "no message" if first else "no message or ping"
             code = CloseCode.CONFIG_TIMEOUT if first else CloseCode.IDLE_TIMEOUT
             await conn.out.event(
                 protocol.Error(
                     code=ErrorCode.TIMEOUT,
-                    message=f"{which} timeout: no message for {timeout:g} s",
+                    message=f"{which} timeout: {quiet} for {limit:g} s",
                     fatal=True,
                 )
             )
             await conn.close(code, f"{which} timeout")
             return
         first = False
+        active_at = time.monotonic()
         if frame["type"] == "websocket.disconnect":
             session.connection_lost()
             return
@@ -223,6 +245,26 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
             continue
         if not await conn.receive(message):
             return
+
+
+async def _fail(conn: Connection) -> None:
+    """An unexpected exception ended the session: ``internal`` (fatal), 1011."""
+    try:
+        await conn.out.event(
+            protocol.Error(
+                code=ErrorCode.INTERNAL,
+                message="the server failed unexpectedly and closed this session; the details"
+                " are in the server log. Reconnect to continue",
+                fatal=True,
+            )
+        )
+    except ConnectionGone:
+        return
+    try:
+        await conn.close(CloseCode.INTERNAL, "internal error")
+    except Exception as exc:  # the session's own close failed: close the socket
+        conn.session.log.debug("close after failure failed: %r", exc)
+        await conn.out.close(CloseCode.INTERNAL, "internal error")
 
 
 def _echo_subprotocol(websocket: WebSocket) -> str | None:

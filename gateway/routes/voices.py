@@ -6,8 +6,9 @@ table (``voice_aliases``), uploaded reference voices from ``VoiceStore``.
 then an alias, then an uploaded voice (which the engine must be able to
 clone, else ``unsupported_option``), else ``unknown_voice`` listing them all.
 
-Uploads are ``multipart/form-data``, parsed with the standard library's
-``email`` parser (no extra dependency) after the body is read under a cap.
+Uploads are ``multipart/form-data``: the body is read under a cap, then
+parsed in a worker thread with part-count and part-size limits
+(``gateway.forms``), never on the event loop.
 Listing, validation, storing and deleting are ``gateway.voices``, shared
 with the WebSocket's ``voice.*`` messages; this module only maps HTTP in and
 out.
@@ -15,8 +16,7 @@ out.
 
 from __future__ import annotations
 
-from email.message import Message
-from email.parser import BytesParser
+import asyncio
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,8 +24,9 @@ from starlette.routing import Route
 
 from gateway.engines.base import VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
+from gateway.forms import FormPart, parse_form
 from gateway.http_errors import check_request, error_response, gateway_state, read_body
-from gateway.voice_store import MAX_UPLOAD_BYTES, VoiceStore
+from gateway.voice_store import MAX_TEXT_CHARS, MAX_UPLOAD_BYTES, VoiceStore
 from gateway.voices import (
     add_voice,
     find_speakable_voice,
@@ -35,6 +36,8 @@ from gateway.voices import (
 
 #: multipart overhead allowed on top of the audio itself
 _FORM_OVERHEAD = 64 * 1024
+#: a text field (name, consent, ref_text, description): UTF-8 of MAX_TEXT_CHARS
+_MAX_FIELD_BYTES = 4 * MAX_TEXT_CHARS
 _AUDIO_FIELDS = ("audio", "audio_sample")
 _DESCRIPTION_FIELDS = ("description", "speaker_description")
 
@@ -60,34 +63,11 @@ async def list_voices(request: Request) -> Response:
     return JSONResponse(await voice_listing(state.engine, state.settings, voice_store(request)))
 
 
-def _parse_form(content_type: str, body: bytes) -> dict[str, tuple[bytes, str | None, str]]:
-    """Fields of a multipart body: name -> (bytes, filename, declared type)."""
-    if not content_type.lower().startswith("multipart/form-data"):
-        raise GatewayError(
-            ErrorCode.INVALID_MESSAGE,
-            "upload voices as multipart/form-data (fields: audio, name, consent, ...)",
-        )
-    head = b"Content-Type: " + content_type.encode("latin-1") + b"\r\nMIME-Version: 1.0\r\n\r\n"
-    message = BytesParser().parsebytes(head + body)
-    if not message.is_multipart():
-        raise GatewayError(ErrorCode.INVALID_MESSAGE, "the multipart body could not be parsed")
-    fields: dict[str, tuple[bytes, str | None, str]] = {}
-    parts: list[Message] = message.get_payload()  # type: ignore[assignment]
-    for part in parts:
-        name = part.get_param("name", header="content-disposition")
-        if not isinstance(name, str):
-            continue
-        payload = part.get_payload(decode=True)
-        data = payload if isinstance(payload, bytes) else b""
-        fields[name] = (data, part.get_filename(), part.get_content_type())
-    return fields
-
-
-def _text(fields: dict[str, tuple[bytes, str | None, str]], *names: str) -> str | None:
+def _text(fields: dict[str, FormPart], *names: str) -> str | None:
     for name in names:
         if name in fields:
             try:
-                return fields[name][0].decode("utf-8")
+                return fields[name].data.decode("utf-8")
             except UnicodeDecodeError:
                 raise GatewayError(
                     ErrorCode.INVALID_CONFIG, f"`{name}` is not UTF-8 text", param=name
@@ -101,7 +81,15 @@ async def upload_voice(request: Request) -> Response:
         return error_response(refused, state)
     try:
         body = await read_body(request, MAX_UPLOAD_BYTES + _FORM_OVERHEAD)
-        fields = _parse_form(request.headers.get("content-type", ""), body)
+        fields = await asyncio.to_thread(
+            parse_form,
+            request.headers.get("content-type", ""),
+            body,
+            max_parts=state.settings.max_form_parts,
+            max_field_bytes=_MAX_FIELD_BYTES,
+            max_file_bytes=MAX_UPLOAD_BYTES,
+            file_fields=_AUDIO_FIELDS,
+        )
         audio_field = next((f for f in _AUDIO_FIELDS if f in fields), None)
         if audio_field is None:
             raise GatewayError(
@@ -115,7 +103,7 @@ async def upload_voice(request: Request) -> Response:
             state.settings,
             voice_store(request),
             name=raw_name,
-            data=fields[audio_field][0],
+            data=bytes(fields[audio_field].data),
             consent=_text(fields, "consent"),
             ref_text=_text(fields, "ref_text") or "",
             description=_text(fields, *_DESCRIPTION_FIELDS) or "",

@@ -1,0 +1,35 @@
+"""Fixtures: a real gateway process (synthetic engine) and an aiohttp session."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.gateway_process import Gateway, gateway_process
+
+# the gateway's drain on SIGTERM waits for live sessions; tests end quickly
+FAST_EXIT = {"drain_timeout_s": 1}
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    data: Path = tmp_path_factory.mktemp("gateway")
+    with gateway_process(data, engine="synthetic", log_level="debug", **FAST_EXIT) as server:
+        yield server
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+@pytest.fixture(scope="session")
+def quick_idle_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway that closes a session after 1.5 s without activity."""
+    data: Path = tmp_path_factory.mktemp("idle")
+    with gateway_process(data, engine="synthetic", idle_timeout_s=1.5, **FAST_EXIT) as server:
+        yield server

@@ -1,0 +1,36 @@
+"""Fixtures: a real gateway process (synthetic engine) for the whole run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.gateway_process import Gateway, gateway_process
+
+# the gateway's drain on SIGTERM waits for live sessions; tests end quickly
+FAST_EXIT = {"drain_timeout_s": 1}
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    data: Path = tmp_path_factory.mktemp("gateway")
+    with gateway_process(data, engine="synthetic", log_level="debug", **FAST_EXIT) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def piper_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """The default engine: the real Piper voice the gateway ships."""
+    data: Path = tmp_path_factory.mktemp("piper")
+    with gateway_process(data, engine="piper", deterministic="true", **FAST_EXIT) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def quick_idle_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway that closes a session after 1.5 s without activity."""
+    data: Path = tmp_path_factory.mktemp("idle")
+    with gateway_process(data, engine="synthetic", idle_timeout_s=1.5, **FAST_EXIT) as server:
+        yield server

@@ -1,0 +1,101 @@
+"""A real gateway process on loopback, started from this repository.
+
+``python -m gateway serve`` runs with the gateway's own interpreter
+(``VOICE_GATEWAY_PYTHON``, default the repository's ``.venv/bin/python``), so
+the framework under test and the gateway never share an environment.  Its
+output goes to a log file the tests read (a pipe could fill up).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def gateway_python() -> str:
+    return os.environ.get("VOICE_GATEWAY_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+
+
+@dataclass
+class Gateway:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/audio/speech/stream"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def metric(self, name: str) -> float:
+        """One unlabelled sample of the gateway's Prometheus ``/metrics``."""
+        with urllib.request.urlopen(self.http + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+        match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+        assert match, f"{name} not in /metrics"
+        return float(match.group(1))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def gateway_process(data_dir: Path, **settings: object) -> Iterator[Gateway]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "GATEWAY_DATA_DIR": str(data_dir),
+        **{f"GATEWAY_{name.upper()}": str(value) for name, value in settings.items()},
+    }
+    log = data_dir / f"gateway-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [gateway_python(), "-m", "gateway", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    gateway = Gateway(proc, port, log)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, gateway.output()
+            assert time.monotonic() < deadline, "gateway did not become ready"
+            try:
+                with urllib.request.urlopen(gateway.http + "/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.1)
+        yield gateway
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
