@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -27,6 +26,7 @@ from gateway.http_limits import ApiGuard
 from gateway.logs import quiet_client_mistakes
 from gateway.metrics import Metrics, watch_loop_lag
 from gateway.outbound import TransportMiddleware
+from gateway.resources import WEB_DIR
 from gateway.routes.speech import log_format_support, speech_routes
 from gateway.routes.stream import stream_endpoint
 from gateway.routes.voices import voice_routes
@@ -35,8 +35,6 @@ from gateway.settings import Settings
 from gateway.voice_store import VoiceStore
 
 log = logging.getLogger(__name__)
-
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
 
 async def healthz(request: Request) -> Response:
@@ -107,8 +105,9 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
         *speech_routes(),
         *voice_routes(),
     ]
-    if WEB_DIR.is_dir():
-        routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
+    # the demo page ships inside the package (gateway/resources.py): serve it
+    # unconditionally, so a packaging mistake fails at start, not as a 404
+    routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
     # the stall timeout reaches uvicorn's transport through this (outbound.py);
     # it must stay outermost.  ApiGuard: Host, Origin, per-client HTTP limits.
     middleware = [Middleware(TransportMiddleware), Middleware(ApiGuard, state=state)]

@@ -52,7 +52,12 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level, settings.accepted_keys)
     for warning in startup_warnings(settings):
         log.warning("%s", warning)
-    app = create_app(settings)
+    try:
+        # an engine checks here that its device settings can be honoured
+        app = create_app(settings)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     config = uvicorn.Config(app, **uvicorn_options(settings))  # type: ignore[arg-type]
     DrainingServer(config, app.state.gateway).run()
     return 0

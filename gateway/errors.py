@@ -83,9 +83,12 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         _BAD,
         "A `session.config` field is unknown, malformed or out of range.",
     ),
+    # never fatal, even in the first config: other servers' example clients
+    # send their own preset names (vllm-omni's "Vivian"); refusing the config
+    # and going on with the previous one lets them speak and print the error
     ErrorCode.UNKNOWN_VOICE: ErrorSpec(
-        "first_config",
-        CloseCode.POLICY,
+        "never",
+        None,
         400,
         _BAD,
         "The voice is not installed; the message lists the available voices.",

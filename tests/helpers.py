@@ -204,14 +204,18 @@ class ServeProcess:
 
 
 @contextmanager
-def serve_process(data_dir: Path, **settings: object) -> Iterator[ServeProcess]:
+def serve_process(
+    data_dir: Path, package_root: Path = ROOT, cwd: Path = ROOT, **settings: object
+) -> Iterator[ServeProcess]:
     """Start a server with ``GATEWAY_<SETTING>`` environment overrides and
     wait until ``/readyz`` answers 200; stopped on exit.  Output goes to a
-    log file (a pipe could fill up and block a chatty server)."""
+    log file (a pipe could fill up and block a chatty server).  The
+    ``gateway`` package is imported from ``package_root`` (the checkout, or
+    an unpacked wheel) and the server runs in ``cwd``."""
     port = free_port()
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(package_root),
         "GATEWAY_DATA_DIR": str(data_dir),
         **{f"GATEWAY_{name.upper()}": str(value) for name, value in settings.items()},
     }
@@ -219,7 +223,7 @@ def serve_process(data_dir: Path, **settings: object) -> Iterator[ServeProcess]:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

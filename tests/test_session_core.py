@@ -94,14 +94,24 @@ async def test_config_returns_session_updated(h: Harness) -> None:
 
 
 async def test_a_bad_first_config_is_fatal_a_later_one_is_not(h: Harness) -> None:
-    actions = h.handle(protocol.SessionConfig(voice="nobody"))
+    actions = h.handle(protocol.SessionConfig(model="gpt-5"))
     error = _error(actions)
-    assert error.code == ErrorCode.UNKNOWN_VOICE and error.fatal
-    assert actions[1] == Close(CloseCode.POLICY, "unknown_voice")
+    assert error.code == ErrorCode.INVALID_CONFIG and error.fatal
+    assert actions[1] == Close(CloseCode.POLICY, "invalid_config")
     h.handle(CONFIG)
-    actions = h.handle(protocol.SessionConfig(voice="nobody"))
+    actions = h.handle(protocol.SessionConfig(model="gpt-5", speed=2.0))
     assert _types(actions) == [protocol.Error] and not _error(actions).fatal
-    assert h.session.config.voice == "tone"  # all or nothing
+    assert h.session.config.speed != 2.0  # all or nothing
+
+
+async def test_an_unknown_voice_is_never_fatal(h: Harness) -> None:
+    """Protocol 1.1.0: not even in the first config; refused whole."""
+    actions = h.handle(protocol.SessionConfig(voice="Vivian", speed=2.0))
+    assert _types(actions) == [protocol.Error]
+    error = _error(actions)
+    assert error.code == ErrorCode.UNKNOWN_VOICE and not error.fatal
+    assert "'Vivian'" in error.message and "tone" in error.message
+    assert h.session.config.voice == "tone" and h.session.config.speed == 1.0
 
 
 async def test_framing_cannot_change_mid_utterance(h: Harness) -> None:

@@ -293,6 +293,17 @@ def _held(cap: dict[str, Any] | None) -> str:
     return str(cap["held_level"] or 0)
 
 
+def _measured_code(source: dict[str, Any] | None) -> str:
+    """`` Code: commit abc123def456.`` (results files from before the commit
+    was recorded have no ``source``: nothing is said)."""
+    if not source:
+        return ""
+    if source.get("commit", "unknown") == "unknown":
+        return " Code: an installed package (commit unknown)."
+    dirty = " with uncommitted changes" if source.get("dirty") else ""
+    return f" Code: commit {str(source['commit'])[:12]}{dirty}."
+
+
 PEER_NAMES = {"piper": "Piper's HTTP server", "wyoming": "wyoming-piper"}
 
 
@@ -465,7 +476,8 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
         f" {machine.get('platform')}, Python {machine.get('python')}; {versions};"
         f" load average {machine.get('loadavg_1m_at_start')} at the start (other work"
         " shared the machine)."
-        + (f" Harness CPU: {harness['cpu_s']} s over {harness['wall_s']} s." if harness else ""),
+        + (f" Harness CPU: {harness['cpu_s']} s over {harness['wall_s']} s." if harness else "")
+        + _measured_code(run.get("source")),
         " ".join(notes),
         "",
         "Reproduce (writes the results file and an HTML report with plots), then regenerate"

@@ -39,9 +39,17 @@ from gateway.bench.drivers import (
     WyomingUser,
 )
 from gateway.bench.measure import summarize
+from gateway.bench.provenance import source_revision
 from gateway.client import ClientError
 
-SCENARIOS = ("flush", "llm", "barge-in", "capacity")
+#: scenario name -> what it sends (docs/benchmarks.md has the details)
+SCENARIO_HELP: dict[str, str] = {
+    "flush": "one sentence sent whole, then input.done; first audio from the flush",
+    "llm": "a reply as LLM tokens at --token-rate; first audio from the first token",
+    "barge-in": "a long reply, cancelled after its first audio; cancel latency",
+    "capacity": "the llm workload at each of --levels concurrent sessions, until one fails",
+}
+SCENARIOS = tuple(SCENARIO_HELP)
 PEERS = ("piper", "wyoming")
 STREAM_PATH = "/v1/audio/speech/stream"
 #: the wyoming-piper release the harness installs when it creates its venv
@@ -532,6 +540,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="a running server's WebSocket URL (default: start one)")
     parser.add_argument("--protocol", choices=("gateway", "vllm-omni"), default="gateway")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "scenarios:\n" + "\n".join(
+        f"  {name:<10} {text}" for name, text in SCENARIO_HELP.items()
+    )
     parser.add_argument(
         "--peer",
         choices=PEERS,
@@ -545,7 +557,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f" created under {WYOMING_VENV} on first use)",
     )
     parser.add_argument(
-        "--scenarios", default="flush,llm,barge-in,capacity", help="comma-separated"
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated, from: {', '.join(SCENARIOS)} (described below)",
     )
     parser.add_argument("--users", type=int, default=1, help="concurrent users (flush, llm)")
     parser.add_argument("--utterances", type=int, default=20, help="per user and scenario")
@@ -658,7 +672,16 @@ def run(args: argparse.Namespace) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     sink = Sink(out)
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
-    sink.write({"kind": "run", "machine": machine_info(), "settings": settings})
+    sink.write(
+        {
+            "kind": "run",
+            "machine": machine_info(),
+            # the code measured: git HEAD and a dirty flag from a checkout,
+            # "unknown" from an installed wheel (gateway/bench/provenance.py)
+            "source": source_revision(),
+            "settings": settings,
+        }
+    )
     cpu0, wall0 = time.process_time(), time.perf_counter()
     try:
         asyncio.run(_run(args, sink, log_dir))

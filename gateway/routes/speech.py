@@ -146,6 +146,14 @@ def decode_body(data: bytes | dict[str, Any]) -> SpeechBody:
         raise too_deep() from None
 
 
+#: formats whose streamed form lacks what a whole-file reader needs: a
+#: streamed FLAC's STREAMINFO says "total samples unknown", which libsndfile
+#: cannot read, and the openai SDK's ``speech.create`` reads the body whole.
+#: Unless a client asks for a stream (``stream_format``, ``stream: true``),
+#: these come back as one complete file with exact headers.
+WHOLE_BY_DEFAULT: frozenset[str] = frozenset({"flac"})
+
+
 def response_mode(body: SpeechBody) -> Mode:
     fmt = body.stream_format
     if fmt is not None and fmt not in ("audio", "sse"):
@@ -153,6 +161,8 @@ def response_mode(body: SpeechBody) -> Mode:
     if body.stream is False:
         if fmt is not None:
             raise _invalid("`stream: false` and `stream_format` contradict each other", "stream")
+        return "file"
+    if body.stream is None and fmt is None and body.response_format in WHOLE_BY_DEFAULT:
         return "file"
     if fmt == "sse":
         return "sse"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import time
@@ -14,6 +15,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+import soundfile as sf
 
 from gateway.audio.containers import RESPONSE_FORMATS, format_support
 from tests.conftest import RunningServer
@@ -69,16 +71,13 @@ def test_sdk_create_each_format(piper_server: RunningServer, response_format: st
     if not format_support().available[response_format]:
         pytest.skip(f"{response_format} unavailable in this libsndfile")
     expected_ms = engine_audio_ms(piper_server, TEXT)
-    # the default is a streamed body (OpenAI's stream_format "audio"); a
-    # streamed FLAC has no total length, which libsndfile's reader needs, so
-    # FLAC is also asked for whole (stream: false)
-    extra = {"stream": False} if response_format == "flac" else None
+    # the SDK's defaults, nothing extra: a streamed body (OpenAI's
+    # stream_format "audio"), except FLAC, which comes whole (see below)
     response = client(piper_server).audio.speech.create(
         model="tts-1",
         voice="alloy",
         input=TEXT,
         response_format=response_format,  # type: ignore[arg-type]
-        extra_body=extra,
     )
     rate = int(response.response.headers["x-sample-rate"])
     assert rate == 24_000
@@ -88,16 +87,42 @@ def test_sdk_create_each_format(piper_server: RunningServer, response_format: st
     assert np.abs(audio).max() > 0.05  # speech, not silence
 
 
+def _streaminfo_total_samples(data: bytes) -> int:
+    assert data[:4] == b"fLaC"
+    streaminfo = data[8:42]
+    return int.from_bytes(streaminfo[13:18], "big") & ((1 << 36) - 1)
+
+
+def test_sdk_flac_reads_back_with_libsndfile(piper_server: RunningServer) -> None:
+    """``speech.create(response_format="flac")`` with the SDK's defaults reads
+    the body whole: it gets a complete FLAC whose STREAMINFO carries the true
+    sample count, which libsndfile (through soundfile) reads back."""
+    expected_ms = engine_audio_ms(piper_server, TEXT)
+    response = client(piper_server).audio.speech.create(
+        model="tts-1", voice="alloy", input=TEXT, response_format="flac"
+    )
+    data = response.content
+    assert response.response.headers["content-length"] == str(len(data))
+    audio, rate = sf.read(io.BytesIO(data), dtype="float32")
+    assert rate == 24_000
+    assert _streaminfo_total_samples(data) == len(audio)
+    assert abs(len(audio) * 1000 / rate - expected_ms) <= TOLERANCE_MS
+    assert np.abs(audio).max() > 0.05
+
+
 def test_streamed_flac_has_unknown_length_header(piper_server: RunningServer) -> None:
     data = (
         client(piper_server)
-        .audio.speech.create(model="tts-1", voice="alloy", input=TEXT, response_format="flac")
+        .audio.speech.create(
+            model="tts-1",
+            voice="alloy",
+            input=TEXT,
+            response_format="flac",
+            extra_body={"stream_format": "audio"},
+        )
         .content
     )
-    assert data[:4] == b"fLaC"
-    streaminfo = data[8:42]
-    total_samples = int.from_bytes(streaminfo[13:18], "big") & ((1 << 36) - 1)
-    assert total_samples == 0  # "unknown" in the FLAC specification
+    assert _streaminfo_total_samples(data) == 0  # "unknown" in the FLAC specification
     assert len(data) > 1000
 
 

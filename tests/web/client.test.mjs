@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { backoffDelay, lowLatencyConfig, TtsClient } from "../../web/client.js";
+import { backoffDelay, lowLatencyConfig, TtsClient } from "../../gateway/web/client.js";
 
 class FakeSocket {
   static instances = [];

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { decodePcm, encodeWav, parseTaggedFrame, stripWavHeader } from "../../web/frames.js";
+import { decodePcm, encodeWav, parseTaggedFrame, stripWavHeader } from "../../gateway/web/frames.js";
 
 const bytes = (...values) => new Uint8Array(values).buffer;
 

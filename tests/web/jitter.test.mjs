@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { contextKey, JitterBuffer } from "../../web/jitter.js";
+import { contextKey, JitterBuffer } from "../../gateway/web/jitter.js";
 
 const RATE = 1000; // 1 sample per ms keeps the arithmetic readable
 const QUANTUM = 128;

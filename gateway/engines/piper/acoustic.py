@@ -31,6 +31,7 @@ import numpy as np
 import onnxruntime as ort
 
 from gateway.engines.piper.graph import VoiceParts
+from gateway.settings import SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +39,55 @@ log = logging.getLogger(__name__)
 FLOW_CONTEXT_FRAMES = 20
 
 
+#: what to do when ``onnx_provider = "cuda"`` cannot be honoured
+CUDA_PROVIDER_HINT = (
+    "install onnxruntime-gpu in place of the CPU onnxruntime (ACCELERATOR=cuda"
+    " scripts/setup, docs/gpu.md), or set piper.onnx_provider to auto or cpu"
+)
+
+
 def onnx_providers(choice: str) -> list[str]:
-    """``auto``: CUDA when the onnxruntime-gpu package offers it, else CPU."""
+    """``auto``: CUDA when the onnxruntime-gpu package offers it, else CPU
+    (logged); ``cuda``: CUDA or a ``SettingsError`` at start, never a silent
+    CPU fallback."""
     available = ort.get_available_providers()
     if choice in ("auto", "cuda") and "CUDAExecutionProvider" in available:
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    elif choice == "cuda":
+        raise SettingsError(
+            f"piper.onnx_provider=cuda, but the installed onnxruntime {ort.__version__} offers no"
+            f" CUDA provider (it has {', '.join(available)}): {CUDA_PROVIDER_HINT}"
+        )
+    else:
+        providers = ["CPUExecutionProvider"]
+    log.info(
+        "piper.onnx_provider=%s: acoustic models on %s (onnxruntime %s offers %s)",
+        choice,
+        providers[0],
+        ort.__version__,
+        ", ".join(available),
+    )
+    return providers
+
+
+def check_session_providers(choice: str, session: ort.InferenceSession) -> None:
+    """onnxruntime falls back to the CPU when the CUDA provider fails to load
+    (missing CUDA libraries): a ``SettingsError`` under ``cuda``, a warning
+    under ``auto``."""
+    running = session.get_providers()
+    if "CUDAExecutionProvider" in running or choice == "cpu":
+        return
     if choice == "cuda":
-        log.warning("onnx_provider=cuda but onnxruntime has no CUDA provider; using CPU")
-    return ["CPUExecutionProvider"]
+        raise SettingsError(
+            f"piper.onnx_provider=cuda, but onnxruntime could not start its CUDA provider"
+            f" (the session runs on {', '.join(running)}; its log says why): {CUDA_PROVIDER_HINT}"
+        )
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        log.warning(
+            "piper.onnx_provider=auto: the CUDA provider is installed but did not start;"
+            " acoustic models run on %s",
+            ", ".join(running),
+        )
 
 
 def make_session(path: Path, providers: list[str], threads: int) -> ort.InferenceSession:

@@ -37,11 +37,11 @@ from gateway.engines.base import (
 )
 from gateway.engines.deadline_worker import DeadlineWorker
 from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs
-from gateway.engines.piper.acoustic import onnx_providers
+from gateway.engines.piper.acoustic import check_session_providers, onnx_providers
 from gateway.engines.piper.job import AcousticItem, PiperSegment, Workers
 from gateway.engines.piper.threads import ThreadPlan, configure_torch_threads, default_threads
 from gateway.engines.piper.voice import LoadedVoice, VoiceFiles
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,21 @@ def bundled_voice() -> VoiceFiles:
 
 
 def torch_device(choice: str) -> torch.device:
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")
+    """``auto``: CUDA when torch can use it, else CPU (logged); ``cuda``: CUDA
+    or a ``SettingsError`` at start (a CPU torch build, no driver, no GPU)."""
+    cuda = torch.cuda.is_available()
+    if choice == "cuda" and not cuda:
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+        raise SettingsError(
+            f"piper.device=cuda, but torch {torch.__version__} ({build} build) sees no usable CUDA"
+            " GPU: install the CUDA torch build on a host with an NVIDIA driver"
+            " (ACCELERATOR=cuda scripts/setup, docs/gpu.md), or set piper.device to auto or cpu"
+        )
+    device = torch.device("cuda" if choice == "cuda" or (choice == "auto" and cuda) else "cpu")
+    log.info(
+        "piper.device=%s: the vocoder runs on %s (torch %s)", choice, device, torch.__version__
+    )
+    return device
 
 
 class PiperEngine(Engine):
@@ -74,7 +86,10 @@ class PiperEngine(Engine):
         self._workers: Workers | None = None
         self._live = LiveJobs()
         self.config = settings.piper
+        # both checked here, before the server starts listening: a setting
+        # that cannot be honoured fails `serve` at once with its reason
         self.device = torch_device(self.config.device)
+        self.providers = onnx_providers(self.config.onnx_provider)
 
     @property
     def cache_root(self) -> Path:
@@ -93,7 +108,7 @@ class PiperEngine(Engine):
     def _load(self) -> None:
         settings = self.config
         configure_torch_threads(settings.vocoder_threads or default_threads())
-        providers = onnx_providers(settings.onnx_provider)
+        providers = self.providers
         threads = settings.acoustic_threads or default_threads()
         # one-thread twins of the acoustic sessions only where ThreadPlan may use them
         light_twins = settings.acoustic_threads == 0 and not settings.deterministic
@@ -108,6 +123,7 @@ class PiperEngine(Engine):
                 settings.chunk_schedule,
                 light_twins,
             )
+            check_session_providers(settings.onnx_provider, voice.acoustic.encoder)
             name = voice.info.name
             if name.casefold() in self._by_name:
                 log.warning("voice %s listed twice; keeping the first", name)

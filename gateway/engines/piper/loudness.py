@@ -5,7 +5,7 @@ would need the whole sentence's peak before sending the first sample.  So the
 streamed audio gets one fixed gain per voice, chosen once so that its
 integrated loudness (ITU-R BS.1770 through pyloudnorm) equals Piper's own
 normalized output on a calibration text kept in the repo
-(``configs/calibration.txt``).  Piper's normalization targets the peak, so a
+(``gateway/data/calibration.txt``).  Piper's normalization targets the peak, so a
 fixed gain sends some sentences' peaks past full scale: a memoryless soft
 limiter (identity below ``KNEE``, a tanh curve above it that never reaches
 ``CEILING``) keeps every sample inside [-1, 1] without a look-ahead delay.

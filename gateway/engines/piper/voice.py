@@ -30,6 +30,7 @@ from piper.config import PiperConfig
 from gateway.engines.base import VoiceInfo
 from gateway.engines.piper import graph, loudness
 from gateway.engines.piper.acoustic import AcousticModel
+from gateway.resources import CALIBRATION_TEXT
 from gateway.vocoders.hifigan import HifiGan, UnsupportedSpecError
 from gateway.vocoders.stateful import ChunkWindow, StreamingHifiGan
 
@@ -37,7 +38,6 @@ log = logging.getLogger(__name__)
 
 #: the torch decoder must match the ONNX decoder this closely to be used
 VERIFY_TOLERANCE = 1e-3
-CALIBRATION_TEXT = Path(__file__).resolve().parents[3] / "configs" / "calibration.txt"
 
 
 @dataclass
