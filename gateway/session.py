@@ -507,9 +507,9 @@ class Session:
             messages.append(utt.session_done(ctx.id))
         # the open utterance's committed text is all spoken: it waits for
         # more text and holds no slot meanwhile
-        utt = ctx.utterance
-        if utt is not None and not stream.has_work_for_utterance(utt):
-            self._release_slot(utt)
+        current = ctx.utterance
+        if current is not None and not stream.has_work_for_utterance(current):
+            self._release_slot(current)
         return messages
 
     def cancelled_audio_ended(
