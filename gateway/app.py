@@ -18,11 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from gateway import __version__
 from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
 from gateway.http_limits import ApiGuard
+from gateway.http_outbound import remember_http_cycle
 from gateway.logs import quiet_client_mistakes
 from gateway.metrics import Metrics, watch_loop_lag
 from gateway.outbound import TransportMiddleware
@@ -58,6 +60,17 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     state: GatewayState = request.app.state.gateway
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+class GatewayApp(Starlette):
+    """The Starlette app, remembering uvicorn's HTTP request cycle in the
+    scope before Starlette's own outermost middleware wraps ``send``: the
+    HTTP stall timeout aborts a stalled transport through it
+    (``gateway.http_outbound``)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        remember_http_cycle(scope, send)
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
@@ -111,7 +124,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     # the stall timeout reaches uvicorn's transport through this (outbound.py);
     # it must stay outermost.  ApiGuard: Host, Origin, per-client HTTP limits.
     middleware = [Middleware(TransportMiddleware), Middleware(ApiGuard, state=state)]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    app = GatewayApp(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.gateway = state
     app.state.voice_store = voice_store
     return app

@@ -92,7 +92,8 @@ class TransportMiddleware:
         await self.app(scope, receive, send)
 
 
-def _cap_send_buffer(transport: Any) -> None:
+def cap_send_buffer(transport: Any) -> None:
+    """Fix the socket's kernel send buffer at ``SEND_BUFFER_BYTES`` (also HTTP)."""
     sock = transport.get_extra_info("socket")
     if sock is None:
         return
@@ -120,7 +121,7 @@ class Outbound:
         self._stall = StallGuard(stall_timeout_s)
         self._protocol: Any = websocket.scope.get(SCOPE_KEY)
         if self._protocol is not None:
-            _cap_send_buffer(self._protocol.transport)
+            cap_send_buffer(self._protocol.transport)
         self.gone = False
         #: the connection was closed by the stall timeout (4008)
         self.stalled = False

@@ -66,7 +66,11 @@ class GatewayState:
     http_admission: Admission = field(init=False)
 
     def __post_init__(self) -> None:
-        self.admission = Admission(self.settings.max_active_streams, self.metrics.streams_active)
+        self.admission = Admission(
+            self.settings.max_active_streams,
+            self.metrics.streams_active,
+            per_holder=self.settings.max_streams_per_session,
+        )
         self.http_admission = Admission(
             self.settings.max_http_streams, self.metrics.http_streams_active
         )

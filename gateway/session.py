@@ -332,7 +332,10 @@ class Session:
         if self.state is State.OPEN and ctx.utterance is not None:
             now = time.monotonic()
             ahead = self._ahead_s(ctx, now)
-            self._enqueue(ctx, [c.text for c in ctx.policy.poll(now, ahead)])
+            # an early cut commits text: without a slot for it, the text
+            # waits in the segmenter (for more text, a flush or a free slot)
+            if self._slot_refusal(ctx.utterance) is None:
+                self._enqueue(ctx, [c.text for c in ctx.policy.poll(now, ahead)])
             self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
 
     def _on_text(self, cid: str | None, text: str) -> None:
@@ -344,6 +347,7 @@ class Session:
             )
         ctx = self._context(cid)
         utt = ctx.utterance
+        self._check_slot(utt, "this text was not accepted")
         if utt is None:
             utt = self._start_utterance(ctx)
         if utt.accepted_chars + len(text) > self.settings.max_utterance_chars:
@@ -365,12 +369,6 @@ class Session:
                 "the server is shutting down; this text was not accepted,"
                 " reconnect to another server",
             )
-        if not self.admission.try_acquire():
-            raise GatewayError(
-                ErrorCode.BUSY,
-                f"the server is streaming its limit of {self.admission.limit} utterances;"
-                " this text was not accepted, retry shortly",
-            )
         ctx.policy = self._new_policy(ctx.policy.segmenter)
         utt = Utterance(
             index=self.utterances_started,
@@ -388,12 +386,56 @@ class Session:
         utt = ctx.utterance
         if not texts or utt is None:
             return
+        self._take_slot(utt)
         stream = self._stream_for(ctx)
         for text in texts:
             sentence = utt.add_sentence(text)
             if utt.ready_at is None:
                 utt.ready_at = time.monotonic()
             stream.enqueue(Segment(ctx, utt, sentence))
+
+    # --- stream slots (``max_active_streams``, ``max_streams_per_session``) --
+    # An utterance holds one slot while it has committed text being
+    # synthesized or queued (segments in its stream): taken when a segment is
+    # committed, given back when its last committed segment ends (the next
+    # commit takes one again) or when it is cancelled.  Text still in the
+    # segmenter holds none, so idle, unfinished utterances block nobody.
+    def _slot_refusal(self, utt: Utterance | None) -> str | None:
+        """Why a commit for ``utt`` could not get a slot now (None: it can)."""
+        if utt is not None and utt.holds_slot:
+            return None
+        return self.admission.refusal(self)
+
+    def _check_slot(self, utt: Utterance | None, what: str) -> None:
+        """Refuse (``busy``) text for an utterance that holds no slot when
+        none is free for it: that text could not be committed."""
+        refusal = self._slot_refusal(utt)
+        if refusal == "share":
+            raise GatewayError(
+                ErrorCode.BUSY,
+                f"this session is streaming its share of {self.admission.per_holder}"
+                f" utterances at once (max_streams_per_session); {what}, retry when one ends",
+            )
+        if refusal is not None:
+            raise GatewayError(
+                ErrorCode.BUSY,
+                f"the server is streaming its limit of {self.admission.limit} utterances;"
+                f" {what}, retry shortly",
+            )
+
+    def _take_slot(self, utt: Utterance) -> None:
+        if utt.holds_slot:
+            return
+        # callers checked ``_slot_refusal`` first, so this cannot fail; if it
+        # ever did, the work goes on uncounted rather than losing text
+        utt.holds_slot = self.admission.try_acquire(self)
+        if not utt.holds_slot:
+            self.log.warning("committed text without a stream slot")
+
+    def _release_slot(self, utt: Utterance) -> None:
+        if utt.holds_slot:
+            utt.holds_slot = False
+            self.admission.release(holder=self)
 
     def _stream_for(self, ctx: Context) -> AudioStream:
         utt = ctx.utterance
@@ -410,6 +452,12 @@ class Session:
         ctx = self._context(cid) if done else self.contexts.get(cid)
         if ctx is None or ctx.utterance is None:
             return ctx
+        if ctx.policy.buffered.strip():
+            self._check_slot(
+                ctx.utterance,
+                f"{'input.done' if done else 'input.flush'} was not applied (the text stays"
+                " buffered)",
+            )
         ctx.cancel_segment_timer()
         self._enqueue(ctx, [c.text for c in ctx.policy.flush()])
         return ctx
@@ -456,8 +504,13 @@ class Session:
             if stream.has_work_for_utterance(utt):
                 break
             ctx.pending.pop(0)
-            self.admission.release()
+            self._release_slot(utt)
             messages.append(utt.session_done(ctx.id))
+        # the open utterance's committed text is all spoken: it waits for
+        # more text and holds no slot meanwhile
+        current = ctx.utterance
+        if current is not None and not stream.has_work_for_utterance(current):
+            self._release_slot(current)
         return messages
 
     def cancelled_audio_ended(
@@ -467,8 +520,9 @@ class Session:
         reports, ctx.awaiting_report = ctx.awaiting_report, []
         if not reports:
             return []
-        if not delivered:  # nobody to tell; the streams are released here
-            self.admission.release(len(reports))
+        if not delivered:  # nobody to tell; the slots are released here
+            for utt in reports:
+                self._release_slot(utt)
             return []
         return self._report_cancel(ctx, reports, open_sentence, sent_bytes)
 
@@ -528,9 +582,9 @@ class Session:
         sent_bytes: int,
     ) -> list[protocol.ServerMessage]:
         position, source = ctx.flow.position(time.monotonic())
-        for _ in utterances:
+        for utt in utterances:
             self.metrics.cancels.inc()
-            self.admission.release()
+            self._release_slot(utt)
         return cancel_report(ctx.id, utterances, position, source, open_sentence, sent_bytes)
 
     def begin_close(self) -> list[Action] | None:
@@ -563,8 +617,11 @@ class Session:
         self.connection_lost()
         for ctx in self.contexts:
             ctx.cancel_segment_timer()
-            live = len(ctx.pending) + (ctx.utterance is not None) + len(ctx.awaiting_report)
-            self.admission.release(live)
+            live = [*ctx.pending, *ctx.awaiting_report]
+            if ctx.utterance is not None:
+                live.append(ctx.utterance)
+            for utt in live:
+                self._release_slot(utt)
             ctx.utterance = None
             ctx.pending = []
             ctx.awaiting_report = []

@@ -268,6 +268,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_connections_per_minute: int = 120
     #: utterances streaming at once across the server; beyond it ``busy``
     max_active_streams: int = 16
+    #: of those, the most one WebSocket session may hold at once (a slot is
+    #: held only while committed text is synthesized or queued)
+    max_streams_per_session: int = 4
     #: decoded but unsent audio per session before decode pauses
     max_buffered_ms: int = 2000
     config_timeout_s: float = 10.0
@@ -281,7 +284,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         default_factory=lambda: [f"{name}=default" for name in OPENAI_VOICES]
     )
     #: HTTP speech responses and batch items synthesizing at once; beyond it
-    #: a request is refused with ``busy`` (batch items wait for a slot)
+    #: a request is refused with ``busy`` (batch items wait for a slot).  A
+    #: response whose client stops reading is abandoned after
+    #: ``stall_timeout_s``, like a WebSocket
     max_http_streams: int = 8
     #: HTTP jobs are scheduled as if their audio were needed this much later
     #: than a live WebSocket stream's, so conversations are served first
@@ -312,6 +317,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (self.max_sessions_per_client >= 1, "max_sessions_per_client must be >= 1"),
             (self.max_sessions_per_agent_key >= 1, "max_sessions_per_agent_key must be >= 1"),
             (self.max_active_streams >= 1, "max_active_streams must be >= 1"),
+            (self.max_streams_per_session >= 1, "max_streams_per_session must be >= 1"),
             (self.max_messages_per_second >= 1, "max_messages_per_second must be >= 1"),
             (self.max_connections_per_minute >= 1, "max_connections_per_minute must be >= 1"),
             (self.max_buffered_ms >= 100, "max_buffered_ms must be >= 100"),

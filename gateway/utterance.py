@@ -41,6 +41,9 @@ class Utterance:
     #: first segment
     engine_stream: EngineStream | None = None
     cancelled: bool = False
+    #: holds a ``max_active_streams`` slot: it has committed text being
+    #: synthesized or queued (``Session._take_slot``)
+    holds_slot: bool = False
     unsent_text: str = ""  #: text discarded from the segmenter by a cancel
     sent_ms: float = 0.0  #: audio sent so far
     flow_offset_ms: float = 0.0  #: the context's sent position when this utterance began

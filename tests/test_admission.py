@@ -31,6 +31,23 @@ def test_try_acquire_refuses_beyond_the_limit() -> None:
     assert gauge.values == [1, 2, 1, 2, 0]
 
 
+def test_one_holder_takes_at_most_its_share() -> None:
+    admission = Admission(4, RecordingGauge(), per_holder=2)
+    a, b = object(), object()
+    assert admission.try_acquire(a) and admission.try_acquire(a)
+    assert admission.refusal(a) == "share" and not admission.try_acquire(a)
+    assert admission.try_acquire(b) and admission.try_acquire(b)
+    assert admission.refusal(object()) == "full" and not admission.try_acquire()
+    admission.release(holder=a)
+    assert admission.held_by(a) == 1 and admission.active == 3
+    assert admission.refusal(b) == "share" and admission.refusal(a) is None
+    assert admission.try_acquire()  # a slot without a holder counts only towards the limit
+    admission.release(holder=a)
+    admission.release(2, holder=b)
+    admission.release()
+    assert admission.active == 0 and admission.held_by(a) == admission.held_by(b) == 0
+
+
 async def test_waiters_get_released_slots_in_order() -> None:
     admission = Admission(1, RecordingGauge())
     assert admission.try_acquire()

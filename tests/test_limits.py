@@ -39,24 +39,121 @@ async def test_sessions_per_client(server_factory: Callable[..., RunningServer])
         await second.close()
 
 
+async def _busy(ws: object, limit_s: float = 10.0) -> dict[str, object]:
+    """The next JSON event, which must be a non-fatal ``busy`` error."""
+    async with asyncio.timeout(limit_s):
+        while True:
+            raw = await ws.recv()  # type: ignore[attr-defined]
+            if isinstance(raw, str):
+                event: dict[str, object] = json.loads(raw)
+                assert event["type"] == "error", event
+                assert event["code"] == "busy" and event["fatal"] is False, event
+                return event
+
+
+#: a listener that never reports playback: a committed sentence stays in
+#: progress (and holds its stream slot) until it is cancelled
+HELD = {"flow_control": "ack", "max_lead_ms": 100, **STREAM}
+
+
+async def _hold_slot(ws: object, context_id: str | None = None) -> None:
+    """Commit a sentence on ``ws`` and wait until its audio started."""
+    cid = {} if context_id is None else {"context_id": context_id}
+    await send(ws, type="input.text", text="Holding a stream slot for a while.", **cid)  # type: ignore[arg-type]
+    await send(ws, type="input.flush", **cid)  # type: ignore[arg-type]
+    await recv_until(ws, Transcript(), stop="audio.start", limit_s=20)  # type: ignore[arg-type]
+
+
 async def test_active_streams_admission(server_factory: Callable[..., RunningServer]) -> None:
     server = server_factory(max_active_streams=1)
     async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
         await a.recv()
         await b.recv()
-        await send(a, type="session.config", split_granularity="none", **STREAM)
+        await send(a, type="session.config", **HELD)
         await a.recv()
-        await send(a, type="input.text", text="Holding the only stream")
+        await _hold_slot(a)
         await send(b, type="input.text", text="No room for me.")
-        error = json.loads(await b.recv())
-        assert error["code"] == "busy" and error["fatal"] is False
-        # the first session finishes; then the second may speak
-        await send(a, type="input.done")
-        await recv_until(a, Transcript())
+        error = await _busy(b)
+        assert "not accepted" in str(error["message"])
+        # the first session cancels; then the second may speak
+        await send(a, type="cancel")
+        await recv_until(a, Transcript(), limit_s=20)
         await send(b, type="input.text", text="Now there is room.")
         await send(b, type="input.done")
-        t = await recv_until(b, Transcript())
+        t = await recv_until(b, Transcript(), limit_s=30)
         assert t.of("session.done")[0]["total_sentences"] == 1
+    assert server.state.admission.active == 0
+
+
+async def test_idle_unfinished_utterances_hold_no_stream_slot(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    """Two sessions, 8 contexts each holding an unfinished utterance (no
+    flush), used to take all 16 server-wide slots; now they hold none."""
+    server = server_factory()
+    assert server.settings.max_active_streams == 16 and server.settings.max_contexts == 8
+    holders = [await open_ws(server.ws_url) for _ in range(2)]
+    try:
+        for ws in holders:
+            await ws.recv()
+            await send(ws, type="session.config", split_granularity="none", **STREAM)
+            await ws.recv()
+            for i in range(8):
+                await send(ws, type="input.text", text="hold ", context_id=f"c{i}")
+            await send(ws, type="ping", id="sync")  # every input.text was handled
+            t = await recv_until(ws, Transcript(), stop="pong", limit_s=10)
+            assert not t.of("error"), t.of("error")
+        assert server.state.admission.active == 0
+        async with await open_ws(server.ws_url) as c:
+            await c.recv()
+            await send(c, type="session.config", **STREAM)
+            await c.recv()
+            await send(c, type="input.text", text="Somebody else speaks.")
+            await send(c, type="input.done")
+            t = await recv_until(c, Transcript(), limit_s=30)
+            assert not t.of("error") and t.of("session.done")[0]["total_sentences"] == 1
+    finally:
+        for ws in holders:
+            await ws.close()
+    for _ in range(100):
+        if server.state.admission.active == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert server.state.admission.active == 0
+
+
+async def test_a_session_holds_at_most_its_share_of_stream_slots(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(max_streams_per_session=2)
+    async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
+        await a.recv()
+        await b.recv()
+        await send(a, type="session.config", framing="tagged", **HELD)
+        await a.recv()
+        for cid in ("x", "y"):
+            await _hold_slot(a, cid)
+        await send(a, type="input.text", text="A third one.", context_id="z")
+        error = await _busy(a)
+        assert "max_streams_per_session" in str(error["message"])
+        assert error["context_id"] == "z"
+        # the rest of the server is open to others
+        await send(b, type="session.config", **STREAM)
+        await b.recv()
+        await send(b, type="input.text", text="Another session speaks.")
+        await send(b, type="input.done")
+        t = await recv_until(b, Transcript(), limit_s=30)
+        assert not t.of("error") and t.of("session.done")[0]["total_sentences"] == 1
+        # a cancel gives the session's slot back
+        await send(a, type="cancel", context_id="x")
+        await recv_until(a, Transcript(), limit_s=20)
+        await _hold_slot(a, "z")
+        assert server.state.admission.active == 2
+    for _ in range(100):
+        if server.state.admission.active == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert server.state.admission.active == 0
 
 
 async def test_message_rate_limit(server_factory: Callable[..., RunningServer]) -> None:

@@ -59,7 +59,11 @@ class Harness:
     def __init__(self, **overrides: Any) -> None:
         self.settings = make_settings(engine="synthetic", **overrides)
         self.engine = SyntheticEngine(self.settings)
-        self.admission = Admission(self.settings.max_active_streams, Metrics().streams_active)
+        self.admission = Admission(
+            self.settings.max_active_streams,
+            Metrics().streams_active,
+            per_holder=self.settings.max_streams_per_session,
+        )
         self.out = RecordingSender()
         self.session = Session(self.engine, self.settings, Metrics(), self.admission, self.out)
 
@@ -142,7 +146,91 @@ async def test_flush_speaks_what_is_buffered(h: Harness) -> None:
     assert h.handle(protocol.InputFlush()) == []
     await h.out.wait_for(protocol.AudioDone)
     assert h.out.events[0].sentence_text == "no full stop here"  # type: ignore[union-attr]
-    assert h.admission.active == 1  # the utterance is open until input.done
+    # the utterance is open until input.done, but with its committed text
+    # spoken it holds no stream slot
+    await _slots_become(h, 0)
+    assert h.session.busy()
+
+
+async def _slots_become(h: Harness, active: int) -> None:
+    async with asyncio.timeout(5):
+        while h.admission.active != active:
+            await asyncio.sleep(0.01)
+
+
+#: never more than 100 ms ahead of a listener that never reports: a
+#: committed segment stays in progress (and holds its slot) until cancelled
+HELD = protocol.SessionConfig(
+    voice="tone", stream_audio=True, response_format="pcm", flow_control="ack", max_lead_ms=100
+)
+
+
+async def test_uncommitted_text_holds_no_stream_slot(h: Harness) -> None:
+    h.handle(protocol.SessionConfig(split_granularity="none"))
+    for cid in "abcdefgh":
+        assert h.handle(protocol.InputText(text="hold ", context_id=cid)) == []
+    assert h.session.busy() and h.admission.active == 0
+    # committing takes a slot; the committed text is spoken, then the
+    # still open utterance gives it back
+    assert h.handle(protocol.InputFlush(context_id="a")) == []
+    assert h.admission.active == 1
+    await _slots_become(h, 0)
+
+
+async def test_a_session_holds_at_most_its_share_of_slots() -> None:
+    h = Harness(max_streams_per_session=2)
+    other = Session(h.engine, h.settings, Metrics(), h.admission, RecordingSender())
+    try:
+        h.handle(HELD)
+        for cid in "ab":
+            h.handle(protocol.InputText(text="Speak now please.", context_id=cid))
+            h.handle(protocol.InputFlush(context_id=cid))
+        assert h.admission.active == 2
+        error = _error(h.handle(protocol.InputText(text="Third one.", context_id="c")))
+        assert error.code == ErrorCode.BUSY and "max_streams_per_session" in error.message
+        # uncommitted text for a third context is refused too: it could not commit
+        error = _error(h.handle(protocol.InputText(text="hold", context_id="c")))
+        assert error.code == ErrorCode.BUSY
+        # another session still gets a slot
+        assert other.handle(protocol.InputText(text="Another session.")) == []
+        assert other.handle(protocol.InputFlush()) == []
+        assert h.admission.active == 3
+        # a cancel gives the slot back at once
+        h.handle(protocol.Cancel(context_id="a"))
+        await _slots_become(h, 2)
+        assert h.handle(protocol.InputText(text="Third one.", context_id="c")) == []
+        assert h.handle(protocol.InputFlush(context_id="c")) == []
+        assert h.admission.active == 3
+    finally:
+        await other.shutdown()
+        await h.session.shutdown()
+    assert h.admission.active == 0
+
+
+async def test_flush_without_a_free_slot_is_refused_and_keeps_the_text() -> None:
+    h = Harness(max_active_streams=1)
+    try:
+        h.handle(HELD)
+        h.handle(protocol.InputText(text="waiting words", context_id="b"))  # holds none
+        h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
+        h.handle(protocol.InputFlush(context_id="a"))
+        assert h.admission.active == 1
+        for message in (protocol.InputFlush(context_id="b"), protocol.InputDone(context_id="b")):
+            error = _error(h.handle(message))
+            assert error.code == ErrorCode.BUSY and "stays buffered" in error.message
+        h.handle(protocol.Cancel(context_id="a"))
+        await _slots_become(h, 0)
+        h.handle(protocol.InputDone(context_id="b"))  # now it commits
+        async with asyncio.timeout(5):
+            while not any(
+                isinstance(e, protocol.AudioStart) and e.context_id == "b" for e in h.out.events
+            ):
+                await asyncio.sleep(0.01)
+        spoken = [e for e in h.out.events if isinstance(e, protocol.AudioStart)]
+        assert spoken[-1].sentence_text == "waiting words"
+    finally:
+        await h.session.shutdown()
+    assert h.admission.active == 0
 
 
 async def test_done_sends_session_done_after_the_audio(h: Harness) -> None:

@@ -24,7 +24,9 @@ items wait for a slot.
 
 Disconnects: ``SpeechResponse`` listens for ``http.disconnect`` while it
 produces; a disconnect cancels the producer, whose ``finally`` cancels the
-engine jobs.
+engine jobs.  A client that stops reading is treated the same way after
+``stall_timeout_s`` (``gateway.http_outbound``: the connection is aborted,
+the body ends cut short, the engine stream is cancelled and the slot freed).
 
 What it must not do: compute model work on the event loop, or keep
 synthesizing for a client that left.
@@ -74,6 +76,7 @@ from gateway.http_errors import (
     gateway_state,
     read_body,
 )
+from gateway.http_outbound import GuardedSend, HttpStalled
 from gateway.protocol import too_deep
 from gateway.routes.batch_checks import check_batch_inputs
 from gateway.routes.voices import resolve_voice
@@ -379,6 +382,16 @@ class SpeechResponse:
         return {"type": "http.response.start", "status": 200, "headers": headers}
 
     async def _produce(self, send: Send) -> None:
+        try:
+            await self._produce_guarded(send)
+        except HttpStalled:
+            # the client stopped reading: its connection is aborted
+            # (gateway.http_outbound); the finally below stops the engine work
+            pass
+        finally:
+            await self.body.aclose()
+
+    async def _produce_guarded(self, send: Send) -> None:
         started = False
         try:
             if self.whole:
@@ -410,8 +423,6 @@ class SpeechResponse:
                 raise
             response = error_response(error, self.state)
             await response({"type": "http"}, _never_receive, send)
-        finally:
-            await self.body.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def listen() -> None:
@@ -420,7 +431,8 @@ class SpeechResponse:
                 if message["type"] == "http.disconnect":
                     return
 
-        producer = asyncio.create_task(self._produce(send))
+        guarded = GuardedSend(scope, send, self.state.settings.stall_timeout_s)
+        producer = asyncio.create_task(self._produce(guarded))
         listener = asyncio.create_task(listen())
         try:
             await asyncio.wait({producer, listener}, return_when=asyncio.FIRST_COMPLETED)
