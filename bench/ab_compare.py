@@ -47,20 +47,32 @@ def git(*args: str, cwd: Path | None = None) -> str:
 def summarize(path: Path) -> dict[str, Any]:
     """The figures compared: flush time to first audio and capacity."""
     flush: dict[str, Any] = {}
+    llm: dict[str, Any] = {}
+    llm_gaps: list[float] = []
     held: int | None = None
     steps: list[dict[str, Any]] = []
     for line in path.read_text().splitlines():
         row = json.loads(line)
         if row.get("target") != "gateway":
             continue
-        if row.get("kind") == "summary" and row.get("scenario") == "flush":
+        kind, scenario = row.get("kind"), row.get("scenario")
+        if kind == "summary" and scenario == "flush":
             flush = row["ttfa_flush_ms"]
-        if row.get("kind") == "capacity":
+        if kind == "summary" and scenario == "llm":
+            llm = row["ttfa_first_token_ms"]
+        if kind == "utterance" and scenario == "llm":
+            llm_gaps.append(row["max_gap_ms"])
+        if kind == "capacity":
             held = row["held_level"]
             steps = row["steps"]
     return {
         "flush_ttfa_p50_ms": flush.get("p50"),
         "flush_ttfa_p95_ms": flush.get("p95"),
+        # a gap is a frame more than 100 ms late (gateway/bench/measure.py)
+        "llm_utterances_with_gap": sum(g > 100 for g in llm_gaps) if llm_gaps else None,
+        "llm_max_gap_ms": max(llm_gaps) if llm_gaps else None,
+        "llm_ttfa_first_token_p50_ms": llm.get("p50"),
+        "llm_ttfa_first_token_p95_ms": llm.get("p95"),
         "capacity_held": held,
         "capacity_steps": steps,
     }
@@ -101,12 +113,11 @@ def main() -> None:
     closing: dict[str, Any] = {"kind": "ab_median", "bench_args": bench_args}
     for label in ("old", "new"):
         mine = [r for r in rows if r["label"] == label]
-        closing[label] = {
-            "commit": commits[label],
-            "flush_ttfa_p50_ms": statistics.median(r["flush_ttfa_p50_ms"] for r in mine),
-            "flush_ttfa_p95_ms": statistics.median(r["flush_ttfa_p95_ms"] for r in mine),
-            "capacity_held": statistics.median(r["capacity_held"] for r in mine),
-        }
+        closing[label] = {"commit": commits[label]}
+        for key in mine[0]:
+            values = [r[key] for r in mine]
+            if key != "run" and all(isinstance(v, int | float) for v in values):
+                closing[label][key] = statistics.median(values)
     print(json.dumps(closing), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as fh:
