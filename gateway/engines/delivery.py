@@ -388,8 +388,10 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-async def _room(job: DeliveredJob, seconds: float) -> bool:
-    """Wait until ``job`` may produce a chunk of ``seconds``; False if it ended."""
+async def wait_for_room(job: DeliveredJob, seconds: float) -> bool:
+    """Wait on the event loop until ``job`` may produce a chunk of
+    ``seconds`` (the look-ahead bound and the session budget); False if the
+    job ended meanwhile.  For engines whose work runs on the loop (a relay)."""
     loop = asyncio.get_running_loop()
     while True:
         woken = loop.create_future()
@@ -418,7 +420,7 @@ async def _pump(job: DeliveredJob, work: ChunkedWork) -> None:
         else:
             job.skip_timings()
         for index, seconds in enumerate(durations):
-            if not await _room(job, seconds):
+            if not await wait_for_room(job, seconds):
                 return
             t0 = time.perf_counter()
             samples = await asyncio.to_thread(work.decode, index)

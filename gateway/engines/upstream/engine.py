@@ -49,7 +49,7 @@ from gateway.engines.base import (
     SynthesisError,
     VoiceInfo,
 )
-from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs
+from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs, wait_for_room
 from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.pool import ReplicaState
 from gateway.engines.upstream.probe import Prober
@@ -91,27 +91,10 @@ class JobSink:
         self.job = job
 
     async def room(self, seconds: float) -> bool:
-        loop = asyncio.get_running_loop()
-        while True:
-            woken: asyncio.Future[None] = loop.create_future()
-
-            def wake(woken: asyncio.Future[None] = woken) -> None:
-                with contextlib.suppress(RuntimeError):  # loop closed: nobody waits
-                    loop.call_soon_threadsafe(_settle, woken)
-
-            if self.job.acquire(seconds, wake):
-                return True
-            if self.job.finished:
-                return False
-            await woken
+        return await wait_for_room(self.job, seconds)
 
     def deliver(self, samples: npt.NDArray[np.float32]) -> bool:
         return self.job.chunk(samples)
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class UpstreamStream(DeliveryStream):
