@@ -144,7 +144,8 @@ class FaultProxy:
                 await upstream.drain()
         except (ConnectionError, OSError):
             pass
-        conn.closed_by_client = time.monotonic()
+        if conn.closed_by_client is None:
+            conn.closed_by_client = time.monotonic()
         # the client went away: take the server side down too, as a real
         # connection would, so the response relay ends
         upstream.close()
@@ -174,4 +175,11 @@ class FaultProxy:
                     return
             writer.write(data)
             conn.response_bytes += len(data)
-            await writer.drain()
+            try:
+                await writer.drain()
+            except (ConnectionError, OSError):
+                # the client went away while the response was relayed: it may
+                # show here (a reset on write) before the request side sees it
+                if conn.closed_by_client is None:
+                    conn.closed_by_client = time.monotonic()
+                raise
