@@ -3,7 +3,7 @@
 Engines are created and warmed in the lifespan and shared through
 ``app.state.gateway`` (never loaded at import time).  ``/readyz`` turns ready
 only after warm-up.  The lifespan also returns the heap's free memory to the
-system once the engine goes idle (``heap.py``).
+system after warm-up and whenever the engine goes idle (``heap.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from gateway import __version__
 from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
-from gateway.heap import trim_when_idle
+from gateway.heap import trim_heap, trim_when_idle
 from gateway.http_limits import ApiGuard
 from gateway.logs import quiet_client_mistakes
 from gateway.metrics import Metrics, watch_loop_lag
@@ -78,6 +78,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
             if owns_engine:
                 log.info("loading engine %s", the_engine.name)
                 await the_engine.start()
+                # loading and warm-up leave free heap behind: idle RSS starts low
+                await asyncio.to_thread(trim_heap)
             state.ready = True
             log.info(
                 "ready: engine %s, voices %s",
