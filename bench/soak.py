@@ -34,6 +34,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -98,6 +99,19 @@ class Load:
                         break
                 await sender
                 self.done += 1
+
+
+def git_commit() -> str | None:
+    """The commit measured (None outside a git checkout)."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except OSError:
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 def emit(line: dict[str, Any], out: Any) -> None:
@@ -200,6 +214,7 @@ def main() -> int:
         {
             "kind": "run",
             "machine": machine_info(),
+            "commit": git_commit(),
             "python": platform.python_version(),
             "settings": vars(args),
             "config": {"sample_rate": 48000, "frame_ms": 20, "stream_audio": True},

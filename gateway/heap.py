@@ -8,8 +8,10 @@ top of a heap: in a 4-session soak at 48 kHz, 180-380 MiB of the server's
 RSS was free heap (``mallinfo2``), and it stayed after the load ended (the
 "never returned" of issue 12).  ``malloc_trim(0)`` returns every free page
 of every arena; once the engine has been idle for a while,
-``trim_when_idle`` calls it, once per idle period.  Measured there: RSS
-1,010 -> 732 MiB on one trim.
+``trim_when_idle`` calls it, once per idle period (and the lifespan once
+after warm-up).  Measured there: one trim under load took RSS from 1,010 to
+732 MiB; 3 s after the soak's last utterance RSS was 655 MiB, against
+894 MiB without the trim.
 
 What it must not do: trim under load (the pages it returns would be faulted
 straight back in, and it holds each arena's lock while it walks it), run on
