@@ -10,8 +10,9 @@ RSS was free heap (``mallinfo2``), and it stayed after the load ended (the
 of every arena; once the engine has been idle for a while,
 ``trim_when_idle`` calls it, once per idle period (and the lifespan once
 after warm-up).  Measured there: one trim under load took RSS from 1,010 to
-732 MiB; 3 s after the soak's last utterance RSS was 655 MiB, against
-894 MiB without the trim.
+732 MiB; 3 s after the soak's last utterance RSS was 655 MiB, where
+without the trim (an earlier commit) it stayed at its level under load,
+982 MiB.
 
 What it must not do: trim under load (the pages it returns would be faulted
 straight back in, and it holds each arena's lock while it walks it), run on
