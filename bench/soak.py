@@ -18,8 +18,10 @@ and a ``summary``: idle RSS before the load, RSS when the warm-up
 utterances were done and at the end, the growth between the two (the target
 is <= 10 MiB after the first 50), the same growth from the medians of the
 samples taken over the first and last tenth of the measured utterances
-(less sensitive to where a sample lands in the allocator's cycle), the peak,
-and RSS again once idle.  Not in CI: it takes about
+(less sensitive to where a sample lands in the allocator's cycle), the
+median of the samples after the warm-up (what the load costs: compare runs
+with different ``--sessions``), the peak, and RSS again once idle (3 s after
+the last utterance, when the server has returned its free heap).  Not in CI: it takes about
 ``utterances / sessions * 15 s`` (500 utterances: about half an hour).
 """
 
@@ -32,6 +34,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -98,6 +101,19 @@ class Load:
                 self.done += 1
 
 
+def git_commit() -> str | None:
+    """The commit measured (None outside a git checkout)."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except OSError:
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
 def emit(line: dict[str, Any], out: Any) -> None:
     text = json.dumps(line)
     print(text, flush=True)
@@ -138,7 +154,8 @@ async def soak(url: str, pid: int, args: argparse.Namespace, out: Any) -> dict[s
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    await asyncio.sleep(2.0)
+    # the server trims its heap about a second after its last job (gateway/heap.py)
+    await asyncio.sleep(3.0)
     idle_after = rss_mib(pid)
 
     measured = [s for s in samples if s[1] >= args.warmup_utterances]
@@ -162,6 +179,9 @@ async def soak(url: str, pid: int, args: argparse.Namespace, out: Any) -> dict[s
         "growth_after_warmup_mib": growth,
         "growth_median_mib": (
             round(statistics.median(late) - statistics.median(early), 1) if early and late else None
+        ),
+        "rss_load_median_mib": (
+            round(statistics.median(s[2] for s in measured), 1) if measured else None
         ),
         "rss_peak_mib": max((s[2] for s in samples), default=None),
         "rss_idle_after_mib": round(idle_after, 1),
@@ -194,6 +214,7 @@ def main() -> int:
         {
             "kind": "run",
             "machine": machine_info(),
+            "commit": git_commit(),
             "python": platform.python_version(),
             "settings": vars(args),
             "config": {"sample_rate": 48000, "frame_ms": 20, "stream_audio": True},

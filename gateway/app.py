@@ -2,7 +2,8 @@
 
 Engines are created and warmed in the lifespan and shared through
 ``app.state.gateway`` (never loaded at import time).  ``/readyz`` turns ready
-only after warm-up.
+only after warm-up.  The lifespan also returns the heap's free memory to the
+system after warm-up and whenever the engine goes idle (``heap.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from gateway import __version__
 from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
+from gateway.heap import trim_heap, trim_when_idle
 from gateway.http_limits import ApiGuard
 from gateway.http_outbound import remember_http_cycle
 from gateway.logs import quiet_client_mistakes
@@ -88,12 +90,15 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         lag = asyncio.create_task(watch_loop_lag(state.metrics), name="loop-lag")
+        trim = asyncio.create_task(trim_when_idle(the_engine.live_jobs), name="heap-trim")
         try:
             await asyncio.to_thread(voice_store.open)
             log_format_support()
             if owns_engine:
                 log.info("loading engine %s", the_engine.name)
                 await the_engine.start()
+                # loading and warm-up leave free heap behind: idle RSS starts low
+                await asyncio.to_thread(trim_heap)
             state.ready = True
             log.info(
                 "ready: engine %s, voices %s",
@@ -105,7 +110,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
             state.ready = False
             state.shutting_down = True
             lag.cancel()
-            await asyncio.gather(lag, return_exceptions=True)
+            trim.cancel()
+            await asyncio.gather(lag, trim, return_exceptions=True)
             if owns_engine:
                 await the_engine.aclose()
             await asyncio.to_thread(voice_store.close)

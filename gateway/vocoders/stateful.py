@@ -25,6 +25,19 @@ unpadded on the carried tail plus the new input, in oneDNN on the CPU (see
 ``_conv``).  A sum of one matrix product per kernel tap was tried and
 measured no faster on the 2-core CPU.
 
+Bounded shapes: oneDNN compiles (JIT) one primitive per convolution shape and
+keeps it in a process-wide cache (1,024 entries by default, LRU).  The latent
+pushed for a chunk has a size fixed by the chunk schedule, except the push
+that reaches the utterance's end, whose size is the remainder (1 to the
+largest chunk); pushed whole, every new remainder compiled about 80 new
+primitives (about 100 ms on the 2-core CPU, a first-call cost on the hot
+path) and kept them, so the cache filled with one-off shapes: +210 MiB of RSS
+over 150 utterances of random lengths in one process, never returned.  That
+push is therefore made in power-of-two pieces, largest first
+(``final_pieces``): the carried state makes any split exact, the set of
+shapes is bounded by the schedule and log2 of its largest chunk, and
+``StreamingHifiGan.warm_up`` compiles them all at start.
+
 What it must not do: pad with zeros anywhere but the utterance edges (that is
 what keeps it exact), keep state across utterances, or be used from two
 threads at once (one stream per job; the decode worker runs a job's chunks one
@@ -33,6 +46,7 @@ at a time).
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -395,6 +409,15 @@ def plan_chunks(frames: int, schedule: Sequence[int], lookahead: int) -> list[Ch
     return windows
 
 
+def final_pieces(count: int) -> list[int]:
+    """``count`` latent frames as powers of two, largest first (37 -> 32, 4,
+    1): the sizes in which the push that reaches an utterance's end is made,
+    so that its shapes come from a small set (see the module docstring)."""
+    if count < 0:
+        raise ValueError("count must be >= 0")
+    return [1 << bit for bit in reversed(range(count.bit_length())) if count >> bit & 1]
+
+
 class ChunkDecoder:
     """Frame-exact chunks of one utterance from a ``DecoderStream``:
     ``decode_chunk`` returns the samples of ``[window.start, window.end)``,
@@ -413,8 +436,12 @@ class ChunkDecoder:
         pieces = [self._held]
         with torch.inference_mode():
             if window.win_end > stream.pushed:
-                piece = np.ascontiguousarray(latent[:, stream.pushed : window.win_end].T)
-                pieces.append(stream.push(torch.from_numpy(piece).to(self.device)))
+                count = window.win_end - stream.pushed
+                # a size set by the schedule, or the remainder: then in pieces
+                sizes = final_pieces(count) if window.win_end >= self.frames else [count]
+                for size in sizes:
+                    piece = np.ascontiguousarray(latent[:, stream.pushed : stream.pushed + size].T)
+                    pieces.append(stream.push(torch.from_numpy(piece).to(self.device)))
             if stream.pushed >= self.frames and not stream.flushed:
                 pieces.append(stream.flush())
             audio = torch.cat(pieces)
@@ -461,11 +488,28 @@ class StreamingHifiGan:
         return plan_chunks(frames, schedule, self.lookahead_frames)
 
     def warm_up(self, schedule: Sequence[int]) -> None:
-        """Stream a few utterance lengths once, so the first request meets
-        layer shapes torch has already seen (it pays once per new shape)."""
+        """Stream a few utterance lengths once, so that requests meet only
+        layer shapes oneDNN has already compiled (it pays about 100 ms per
+        new shape and keeps it): every chunk size of ``schedule`` and every
+        power-of-two piece of an utterance's last push (``final_pieces``),
+        the largest alone and all the smaller ones in one remainder.  Run it
+        under each thread count the decode worker uses: primitives are
+        compiled per thread count."""
         first = schedule[0] + self.lookahead_frames
-        for frames in (first - 1, first + 2 * max(schedule) + 7):
+        largest = 1 << (max(schedule).bit_length() - 1)
+        search = range(first + 1, first + 4 * max(schedule))
+        lengths = [first - 1]  # shorter than the first chunk
+        for remainder in sorted({largest, largest - 1} - {0}, reverse=True):
+            found = next((f for f in search if self._final_push(f, schedule) == remainder), None)
+            if found is not None:
+                lengths.append(found)
+        for frames in lengths:
             latent = np.zeros((self.latent_channels, frames), dtype=np.float32)
             decoder = self.open(frames)
             for window in self.plan(frames, schedule):
                 decoder.decode_chunk(latent, window)
+
+    def _final_push(self, frames: int, schedule: Sequence[int]) -> int:
+        """Latent frames in the push that reaches the end of ``frames``."""
+        ends = [0, *(w.win_end for w in self.plan(frames, schedule))]
+        return next(b - a for a, b in itertools.pairwise(ends) if b >= frames)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from onnx import numpy_helper
 
 pytest.importorskip("piper")
@@ -34,6 +35,7 @@ from gateway.engines.piper.alignment import text_words  # noqa: E402
 from gateway.engines.piper.loudness import integrated_loudness  # noqa: E402
 from gateway.engines.piper.voice import LoadedVoice  # noqa: E402
 from gateway.settings import PiperSettings, Settings  # noqa: E402
+from gateway.vocoders import stateful  # noqa: E402
 from gateway.vocoders.stateful import StreamingHifiGan  # noqa: E402
 
 SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
@@ -144,6 +146,37 @@ def test_streamed_decode_equals_full(joe: LoadedVoice, schedule: list[int], text
     streamed = stream_decode(joe.vocoder, latent, schedule)
     assert streamed.shape == full.shape
     assert snr_db(full, streamed) >= 60
+
+
+def test_warm_up_covers_every_shape_of_later_utterances(
+    joe: LoadedVoice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """oneDNN compiles and keeps one primitive per convolution shape: after
+    ``warm_up``, utterances of any length (past the first chunk) meet no
+    new shape, so the process's memory does not grow with new lengths."""
+    vocoder = joe.vocoder
+    assert vocoder is not None
+    schedule = [16, 32, 64]
+    shapes: set[tuple[object, ...]] = set()
+    real_conv = stateful._conv
+
+    def recording(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1
+    ) -> torch.Tensor:
+        shapes.add((tuple(x.shape), tuple(weight.shape), dilation))
+        return real_conv(x, weight, bias, dilation)
+
+    monkeypatch.setattr(stateful, "_conv", recording)
+    vocoder.warm_up(schedule)
+    warmed = set(shapes)
+    rng = np.random.default_rng(7)
+    # every remainder of the last push, at several utterance lengths
+    for frames in [123 + r for r in range(1, 65, 5)] + [int(f) for f in rng.integers(28, 400, 6)]:
+        latent = np.zeros((vocoder.latent_channels, frames), dtype=np.float32)
+        decoder = vocoder.open(frames)
+        for window in vocoder.plan(frames, schedule):
+            decoder.decode_chunk(latent, window)
+        assert shapes == warmed, f"{frames} frames met {len(shapes - warmed)} new shapes"
 
 
 @pytest.mark.parametrize("frames", [1, 3, 11, 20])

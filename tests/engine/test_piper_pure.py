@@ -25,7 +25,24 @@ from gateway.engines.piper.alignment import (
     word_boundaries,
 )
 from gateway.engines.piper.loudness import CEILING, soft_limit
-from gateway.vocoders.stateful import plan_chunks
+from gateway.vocoders.stateful import final_pieces, plan_chunks
+
+
+@given(count=st.integers(0, 4096))
+def test_final_push_pieces_are_powers_of_two(count: int) -> None:
+    pieces = final_pieces(count)
+    assert sum(pieces) == count
+    assert all(p & (p - 1) == 0 and p > 0 for p in pieces)
+    assert pieces == sorted(set(pieces), reverse=True)  # each size once, largest first
+    assert len(pieces) <= max(1, count.bit_length())
+
+
+def test_final_pieces_examples() -> None:
+    assert final_pieces(37) == [32, 4, 1]
+    assert final_pieces(64) == [64]
+    assert final_pieces(0) == []
+    with pytest.raises(ValueError):
+        final_pieces(-1)
 
 
 @given(

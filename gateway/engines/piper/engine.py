@@ -38,7 +38,7 @@ from gateway.engines.base import (
 from gateway.engines.deadline_worker import DeadlineWorker
 from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs
 from gateway.engines.piper.acoustic import check_session_providers, onnx_providers
-from gateway.engines.piper.job import AcousticItem, PiperSegment, Workers
+from gateway.engines.piper.job import MAX_MERGE, AcousticItem, PiperSegment, Workers
 from gateway.engines.piper.threads import ThreadPlan, configure_torch_threads, default_threads
 from gateway.engines.piper.voice import LoadedVoice, VoiceFiles
 from gateway.settings import Settings, SettingsError
@@ -113,6 +113,10 @@ class PiperEngine(Engine):
         # one-thread twins of the acoustic sessions only where ThreadPlan may use them
         light_twins = settings.acoustic_threads == 0 and not settings.deterministic
         self.cache_root.mkdir(parents=True, exist_ok=True)
+        # the decode worker's thread counts (threads.py): one under load when adaptive
+        vocoder_threads = settings.vocoder_threads or default_threads()
+        adaptive = settings.vocoder_threads == 0 and not settings.deterministic
+        warm_threads = sorted({vocoder_threads, 1} if adaptive else {vocoder_threads})
         for files in self.voice_files():
             voice = LoadedVoice(
                 files,
@@ -128,7 +132,7 @@ class PiperEngine(Engine):
             if name.casefold() in self._by_name:
                 log.warning("voice %s listed twice; keeping the first", name)
                 continue
-            voice.warm_up()
+            voice.warm_up(warm_threads, 0 if settings.deterministic else MAX_MERGE)
             voice.calibrate(self.cache_root)
             self._voices.append(voice)
             self._by_name[name.casefold()] = voice

@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 FIRST_AUDIO_SLACK_S = 0.25
 #: acoustic work is due this long before the audio it feeds plays
 ACOUSTIC_LEAD_S = 0.2
+#: at most this many chunks after an utterance's first are merged into it
+#: (``LoadedVoice.plan``'s ``merge``)
+MAX_MERGE = 2
 
 
 @dataclass
@@ -167,7 +170,7 @@ class PiperSegment:
             # sessions held with no merging, 4-5 merging two, 6-7 three; a
             # lone session is never affected.  Not in deterministic mode,
             # where identical text must give identical audio whatever the load
-            merge = min(2, max(0, self._workers.others_starting(self.job) - 1))
+            merge = min(MAX_MERGE, max(0, self._workers.others_starting(self.job) - 1))
         windows = voice.plan(frames, merge)
         with self._lock:
             self._windows = windows

@@ -136,12 +136,15 @@ class LoadedVoice:
         next chunks queue behind the other sessions' work)."""
         if self.vocoder is None:
             return [ChunkWindow(0, frames, 0, frames)]
+        return self.vocoder.plan(frames, self._schedule(merge))
+
+    def _schedule(self, merge: int) -> list[int]:
         schedule = self.schedule
         if merge > 0 and len(schedule) > 1:
             n = min(len(schedule), merge + 1)
             # the steady (last) size still repeats after the merged chunk
             schedule = [sum(schedule[:n]), *(schedule[n:] or schedule[-1:])]
-        return self.vocoder.plan(frames, schedule)
+        return schedule
 
     def open_decoder(self, frames: int, extras: dict[str, np.ndarray]) -> ChunkSource:
         """One segment's decoder: ``decode_chunk(latent, window)`` returns the
@@ -163,13 +166,24 @@ class LoadedVoice:
             out.append(self.acoustic.decode_onnx(latent, encoded.extras))
         return out
 
-    def warm_up(self) -> None:
-        """Run every shape used at run time once (torch pays per new length)."""
+    def warm_up(self, thread_counts: Sequence[int] = (), max_merge: int = 0) -> None:
+        """Run every shape used at run time once (torch pays per new length
+        and thread count): the plans of ``plan(frames, merge)`` for each
+        merge up to ``max_merge``, under each of ``thread_counts`` (the
+        current count when empty)."""
         ids = self.phonemizer.phonemes_to_ids(self.phonemize("Warm up."))
         encoded = self.acoustic.encode(ids, self.scales(1.0, deterministic=True))
         self.acoustic.flow_whole(encoded)
-        if self.vocoder is not None:
-            self.vocoder.warm_up(self.schedule)
+        if self.vocoder is None:
+            return
+        before = torch.get_num_threads()
+        try:
+            for threads in thread_counts or [before]:
+                torch.set_num_threads(threads)
+                for merge in range(max_merge + 1):
+                    self.vocoder.warm_up(self._schedule(merge))
+        finally:
+            torch.set_num_threads(before)
 
     def calibrate(self, cache_root: Path) -> None:
         """Set ``gain`` from the calibration text, cached beside the sub-models."""
