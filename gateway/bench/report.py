@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 REPRODUCE = (
-    "python -m gateway bench --peer piper --utterances 20 --capacity-pacing flush"
-    " --levels 1,2,3,4,5,6,8 --out bench/results/latest.jsonl --report bench/results/latest.html"
+    "python -m gateway bench --peer piper --peer wyoming --utterances 20 --levels 1,2,4,6,8,10"
+    " --out bench/results/latest.jsonl --report bench/results/latest.html"
 )
 README_HEADING = "## Performance"
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
