@@ -11,7 +11,8 @@ Two sources, best first:
   frame arrives (the harness's player, ``gateway.bench.measure.playout``).
   Its buffer runs out at ``cursor``: each frame moves it to
   ``max(cursor, now) + frame``.  This is audio sent minus time elapsed since
-  the first frame, restarted after every gap.
+  the utterance's first frame, restarted after every gap and at every new
+  utterance (``new_utterance``).
 
 The send clock is the lower bound a client with no prebuffer sees; a client
 that buffers more before it starts is ahead of it, which only makes the
@@ -35,6 +36,17 @@ class ListenerBuffer:
         start = now if self._cursor is None else max(self._cursor, now)
         self._cursor = start + frame_ms / 1000.0
         self.sent_ms += frame_ms
+
+    def new_utterance(self) -> None:
+        """A new utterance begins: the send clock starts again at its first
+        frame.  Without reports the server cannot know whether the previous
+        utterance's audio is still playing (its ``session.done`` follows the
+        last frame *sent*, long before it is heard when audio is sent faster
+        than real time), so it assumes the least: a player that starts each
+        utterance afresh, as the harness's does.  That errs toward cutting a
+        segment early, never toward a gap.  Reports, when the client sends
+        them, still hold across utterances."""
+        self._cursor = None
 
     def on_played(self, played_ms: float, now: float) -> None:
         """A ``playback`` report; positions only move forward."""

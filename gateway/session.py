@@ -370,6 +370,7 @@ class Session:
                 " reconnect to another server",
             )
         ctx.policy = self._new_policy(ctx.policy.segmenter)
+        ctx.listener.new_utterance()
         utt = Utterance(
             index=self.utterances_started,
             config=self.config,

@@ -376,6 +376,28 @@ def test_send_clock_plays_from_the_first_frame_and_restarts_after_a_gap() -> Non
     assert not lb.reported
 
 
+def test_send_clock_starts_again_with_each_utterance() -> None:
+    """Audio sent fast for one utterance is not counted as still playing when
+    the next one starts: without reports the server assumes a player that
+    starts each utterance afresh (the harness's), so it cuts early rather
+    than late."""
+    lb = ListenerBuffer()
+    lb.on_sent(9000, 0.0)  # a whole reply sent at once
+    assert lb.ahead_s(3.0) == pytest.approx(6.0)
+    lb.new_utterance()
+    assert lb.ahead_s(3.0) == 0.0
+    lb.on_sent(700, 3.1)
+    assert lb.ahead_s(3.1) == pytest.approx(0.7)
+
+
+def test_playback_reports_hold_across_utterances() -> None:
+    lb = ListenerBuffer()
+    lb.on_sent(9000, 0.0)
+    lb.on_played(1000, 1.0)
+    lb.new_utterance()
+    assert lb.ahead_s(3.0) == pytest.approx(6.0)  # 8 s unplayed at 1.0, 2 s later
+
+
 def test_playback_reports_take_over_from_the_send_clock() -> None:
     lb = ListenerBuffer()
     for _ in range(10):
