@@ -28,55 +28,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import websockets
 
-from gateway.bench.runner import free_port, machine_info
+from gateway.bench.runner import free_port, gateway_command, machine_info, started
 
 TEXT = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
 
 
-@contextmanager
-def serve(port: int, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    full = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **env}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=full,
-        )
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited: see {log}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server not ready: see {log}")
-            time.sleep(0.1)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def serve(
+    port: int, env: dict[str, str], log: Path
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """A gateway process on ``port`` with ``env`` added, until the block ends."""
+    return started(gateway_command(port), f"http://127.0.0.1:{port}/readyz", log, env)
 
 
 def percentile(values: list[float], q: float) -> float:

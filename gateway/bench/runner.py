@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib.metadata
 import json
 import os
@@ -23,7 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -123,11 +124,15 @@ def _wait_wyoming(port: int, limit_s: float, proc: subprocess.Popen[bytes]) -> N
 
 @contextlib.contextmanager
 def started(
-    command: list[str], ready: str | Callable[[subprocess.Popen[bytes]], None], log: Path
+    command: list[str],
+    ready: str | Callable[[subprocess.Popen[bytes]], None],
+    log: Path,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``command`` until the block ends; ``ready`` is an HTTP URL that must
-    answer, or a function that returns once the process serves."""
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    """Run ``command`` (with ``env`` added to the environment) until the block
+    ends; ``ready`` is an HTTP URL that must answer, or a function that
+    returns once the process serves."""
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **(env or {})}
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
@@ -174,6 +179,16 @@ def wyoming_python(given: str | None) -> str:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", WYOMING_PIPER], check=True)
     return str(python)
+
+
+def _peer_server(
+    args: argparse.Namespace, peer: str, port: int
+) -> tuple[list[str], str | Callable[[subprocess.Popen[bytes]], None]]:
+    """A peer server's command and how to tell it serves."""
+    if peer == "piper":
+        return piper_command(port), f"http://127.0.0.1:{port}/info"
+    command = wyoming_command(wyoming_python(args.wyoming_python), port)
+    return command, lambda proc: _wait_wyoming(port, 180, proc)
 
 
 def wyoming_command(python: str, port: int) -> list[str]:
@@ -616,32 +631,19 @@ async def _run(args: argparse.Namespace, sink: Sink, log_dir: Path) -> None:
             after = _proc_cpu_s(proc.pid)
             server_cpu[target] = None if before is None or after is None else after - before
     peers = args.peer or []
-    if "piper" in peers:
+    for peer in ("piper", "wyoming"):
+        if peer not in peers:
+            continue
         port = free_port()
-        with started(
-            piper_command(port), f"http://127.0.0.1:{port}/info", log_dir / "piper.log"
-        ) as proc:
+        with started(*_peer_server(args, peer, port), log_dir / f"{peer}.log") as proc:
             before = _proc_cpu_s(proc.pid)
+            user = PiperHttpUser if peer == "piper" else WyomingUser
             await _measure(
-                args, "piper", lambda: PiperHttpUser("127.0.0.1", port), sink, args.timelines
+                args, peer, functools.partial(user, "127.0.0.1", port), sink, args.timelines
             )
             after = _proc_cpu_s(proc.pid)
-            server_cpu["piper"] = None if before is None or after is None else after - before
-        for line in ratios(sink.lines, target, "piper"):
-            sink.write(line)
-    if "wyoming" in peers:
-        port = free_port()
-        command = wyoming_command(wyoming_python(args.wyoming_python), port)
-        with started(
-            command, lambda proc: _wait_wyoming(port, 180, proc), log_dir / "wyoming.log"
-        ) as proc:
-            before = _proc_cpu_s(proc.pid)
-            await _measure(
-                args, "wyoming", lambda: WyomingUser("127.0.0.1", port), sink, args.timelines
-            )
-            after = _proc_cpu_s(proc.pid)
-            server_cpu["wyoming"] = None if before is None or after is None else after - before
-        for line in ratios(sink.lines, target, "wyoming"):
+            server_cpu[peer] = None if before is None or after is None else after - before
+        for line in ratios(sink.lines, target, peer):
             sink.write(line)
     sink.write(
         {
