@@ -29,7 +29,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -43,7 +43,7 @@ from gateway.flow.admission import Admission
 from gateway.flow.budget import DecodeBudget
 from gateway.segment_policy import LOAD_ALLOWANCE_S, PolicyConfig, SegmentPolicy
 from gateway.segmenter import Segmenter
-from gateway.session_config import apply_config, default_config
+from gateway.session_config import apply_config, clone_options, default_config
 from gateway.speaker import SECONDS_PER_CHAR, AudioStream, Segment, Sender, StreamEnv
 from gateway.utterance import Sentence, Utterance
 from gateway.voice_requests import VoiceRequest
@@ -106,6 +106,9 @@ class Session:
         self.state = State.OPEN
         self.config = default_config(engine.default_voice(), engine.name)
         self.config_accepted = False
+        #: voice-clone fields in force (``session_config.clone_options``), for
+        #: an engine declaring ``cloning``; not echoed (``ref_audio`` may be large)
+        self.clone_options: Mapping[str, object] = {}
         #: the server is shutting down: no new utterance starts
         self.draining = False
         self.contexts = Contexts(settings.max_contexts, self._context_live)
@@ -271,14 +274,17 @@ class Session:
     def _on_config(self, message: protocol.SessionConfig) -> list[Action]:
         """``message`` has its voice names resolved (``VoiceDesk.resolve_config_voices``)."""
         engine = self.engine
+        caps = engine.capabilities
         new = apply_config(
             self.config,
             message,
             engine.voices(),
             engine.name,
             engine.model_names(),
-            instructions=engine.capabilities.instructions,
+            instructions=caps.instructions,
+            cloning=caps.cloning,
         )
+        options = clone_options(self.clone_options, message, caps.cloning)
         if self.busy() and (new.framing != self.config.framing):
             raise GatewayError(
                 ErrorCode.INVALID_STATE,
@@ -287,6 +293,7 @@ class Session:
                 param="framing",
             )
         self.config = new
+        self.clone_options = options
         self.config_accepted = True
         return [protocol.SessionUpdated(config=new, limits=self.limits())]
 
@@ -381,6 +388,7 @@ class Session:
         utt = Utterance(
             index=self.utterances_started,
             config=self.config,
+            options=self.clone_options,
             first_text_at=time.monotonic(),
         )
         self.utterances_started += 1

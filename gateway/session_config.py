@@ -8,7 +8,7 @@ their current value; the first config starts from the defaults.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -19,24 +19,15 @@ from gateway.engines.base import VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
 from gateway.protocol import EffectiveConfig, SessionConfig
 from gateway.validation import (
+    VLLM_ANY,
+    VLLM_DEFAULTS,
     check_instructions,
     check_language,
     check_model,
     check_sample_rate,
     check_speed,
+    check_vllm_fields,
 )
-
-#: vllm-omni fields and the values the gateway accepts for them silently
-_VLLM_DEFAULTS: dict[str, Any] = {
-    "task_type": {"CustomVoice"},
-    "ref_audio": {""},
-    "ref_text": {""},
-    "x_vector_only_mode": {False},
-    "non_streaming_mode": {False},
-    "word_timestamps": {False},
-}
-#: vllm-omni fields whose every value is harmless here
-_VLLM_ANY = ("max_new_tokens", "initial_codec_chunk_frames")
 
 
 def frame_samples(sample_rate: int, frame_ms: int) -> int:
@@ -77,31 +68,26 @@ def _find_voice(name: str, voices: Sequence[VoiceInfo]) -> VoiceInfo:
     )
 
 
-def _check_vllm_fields(msg: SessionConfig) -> None:
-    for name, accepted in _VLLM_DEFAULTS.items():
-        value = getattr(msg, name)
-        if value is UNSET or value is None or value in accepted:
-            continue
-        raise GatewayError(
-            ErrorCode.UNSUPPORTED_OPTION,
-            f"`{name}` = {value!r} is not supported by this engine"
-            + (
-                "; use the gateway's `timestamps: true` for word timings"
-                if name == "word_timestamps"
-                else ""
-            ),
-            param=name,
-        )
-    if msg.speaker_embedding is not UNSET and msg.speaker_embedding is not None:
-        raise GatewayError(
-            ErrorCode.UNSUPPORTED_OPTION,
-            "`speaker_embedding` is not supported by this engine",
-            param="speaker_embedding",
-        )
-    for name in _VLLM_ANY:
-        value = getattr(msg, name)
-        if value is not UNSET and value is not None and value < 0:
-            raise GatewayError(ErrorCode.INVALID_CONFIG, f"`{name}` must be >= 0", param=name)
+def vllm_fields(msg: SessionConfig) -> dict[str, Any]:
+    """The vllm-omni extension fields ``msg`` gives (not left out, not null)."""
+    names = (*VLLM_DEFAULTS, *VLLM_ANY, "speaker_embedding")
+    return {name: getattr(msg, name) for name in names if _given(getattr(msg, name))}
+
+
+def clone_options(
+    current: Mapping[str, object], msg: SessionConfig, cloning: bool
+) -> dict[str, object]:
+    """The voice-clone options in force after ``msg`` (``StreamRequest.options``
+    for an engine that declares ``cloning``): a field given replaces, a
+    default value (``""``, ``false``, ``"CustomVoice"``) removes, one left
+    out is kept.  Raises ``GatewayError`` like ``apply_config``."""
+    merged = dict(current)
+    for name, value in check_vllm_fields(vllm_fields(msg), cloning).items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    return merged
 
 
 def _given(value: Any) -> bool:
@@ -116,10 +102,12 @@ def apply_config(
     model_names: Sequence[str] = (),
     *,
     instructions: bool = False,
+    cloning: bool = False,
 ) -> EffectiveConfig:
     """Return the config in force after ``msg``, or raise ``GatewayError``.
-    ``instructions``: the engine follows a style prompt (its capabilities)."""
-    _check_vllm_fields(msg)
+    ``instructions``, ``cloning``: the engine's capabilities (a style prompt,
+    voice-clone fields; those are kept by ``clone_options``)."""
+    check_vllm_fields(vllm_fields(msg), cloning)
     if _given(msg.voice) and _given(msg.speaker):
         assert isinstance(msg.voice, str) and isinstance(msg.speaker, str)
         if msg.voice.strip().casefold() != msg.speaker.strip().casefold():

@@ -244,6 +244,7 @@ class AudioStream:
                     language=config.language,
                     speed=config.speed,
                     instructions=config.instructions,
+                    options=utterance.options,
                     alignment=True,
                     label=f"{self.env.label}/{segment.context.id or '-'}",
                     # a whole-sentence message needs the whole sentence decoded

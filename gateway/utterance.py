@@ -9,6 +9,7 @@ not, so that every accepted character is accounted for.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway import protocol
@@ -34,6 +35,8 @@ class Sentence:
 class Utterance:
     index: int
     config: EffectiveConfig
+    #: engine options in force when it started (voice-clone fields)
+    options: Mapping[str, object] = field(default_factory=dict)
     accepted_chars: int = 0
     sentences: list[Sentence] = field(default_factory=list)
     done_received: bool = False  #: ``input.done`` arrived

@@ -14,13 +14,13 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from gateway import protocol
-from gateway.engines.base import VoiceInfo
+from gateway.engines.base import CLONING_OPTIONS, VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
 
 #: model names that mean "the engine the server runs" (OpenAI's and ours)
@@ -116,3 +116,75 @@ def check_instructions(instructions: str | None, engine_name: str, honoured: boo
             param="instructions",
         )
     return instructions.strip()
+
+
+#: vllm-omni's extension fields and the values every engine takes silently
+VLLM_DEFAULTS: dict[str, frozenset[object]] = {
+    "task_type": frozenset({"CustomVoice"}),
+    "ref_audio": frozenset({""}),
+    "ref_text": frozenset({""}),
+    "x_vector_only_mode": frozenset({False}),
+    "non_streaming_mode": frozenset({False}),
+    "word_timestamps": frozenset({False}),
+}
+#: vllm-omni's fields whose every (non-negative) value is harmless here
+VLLM_ANY = ("max_new_tokens", "initial_codec_chunk_frames")
+#: the longest ``ref_text`` accepted (characters)
+MAX_REF_TEXT_CHARS = 2000
+
+
+def check_vllm_fields(fields: Mapping[str, Any], cloning: bool) -> dict[str, object]:
+    """vllm-omni's extension fields, alike for ``session.config`` and HTTP.
+
+    ``fields`` holds the ones a client gave (not null).  At their defaults they
+    are accepted silently.  An engine that declares ``cloning`` (an upstream
+    in front of a voice-cloning model) receives the voice-clone fields
+    (``CLONING_OPTIONS``): they are returned as ``StreamRequest.options``,
+    a default value as a removal (``None``).  Anything else is
+    ``unsupported_option``.  ``ref_audio`` is passed through as given (a URL
+    or a base64 data URL, which the upstream fetches or decodes); its size is
+    bounded by the message and body limits."""
+    options: dict[str, object] = {}
+    for name, accepted in VLLM_DEFAULTS.items():
+        if name not in fields:
+            continue
+        value = fields[name]
+        if cloning and name in CLONING_OPTIONS:
+            if name == "ref_text" and len(str(value)) > MAX_REF_TEXT_CHARS:
+                raise GatewayError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"`ref_text` has {len(str(value))} characters; the limit is"
+                    f" {MAX_REF_TEXT_CHARS}",
+                    param=name,
+                )
+            options[name] = None if value in accepted else value
+            continue
+        if value in accepted:
+            continue
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"`{name}` = {_shown(value)} is not supported by this engine"
+            + (
+                "; use the gateway's `timestamps: true` for word timings"
+                if name == "word_timestamps"
+                else ""
+            ),
+            param=name,
+        )
+    if fields.get("speaker_embedding") is not None:
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            "`speaker_embedding` is not supported by this engine",
+            param="speaker_embedding",
+        )
+    for name in VLLM_ANY:
+        value = fields.get(name)
+        if value is not None and value < 0:
+            raise GatewayError(ErrorCode.INVALID_CONFIG, f"`{name}` must be >= 0", param=name)
+    return options
+
+
+def _shown(value: object) -> str:
+    """A value in an error message, cut short (``ref_audio`` may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -242,6 +242,30 @@ async def test_instructions_and_language_reach_an_upstream_that_declares_them(
         assert b'"language":"English"' in sent  # vllm-omni's spelling of the session's language
 
 
+async def test_voice_clone_fields_reach_an_upstream_that_clones(
+    replicas: list[ServeProcess],
+) -> None:
+    """vllm-omni's Base-task fields (WebSocket ``session.config`` and HTTP)
+    go into the upstream's request body when ``upstream.cloning`` is on."""
+    clone = {"task_type": "Base", "ref_audio": "data:audio/wav;base64,UklGRg==", "ref_text": "Hi."}
+    with (
+        proxies(replicas[0]) as (proxy,),
+        front([proxy.url], **PASSIVE, cloning=True) as gw,
+    ):
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", **clone, **STREAM)
+            await recv_until(ws, Transcript(), stop="session.updated")
+            await send(ws, type="input.text", text="Hello there.")
+            await send(ws, type="input.done")
+            await recv_until(ws, Transcript())
+        await speech(gw.http, "Hello again.", **clone)
+        sent = b"".join(bytes(c.request_sample) for c in proxy.connections)
+        assert sent.count(b"POST /v1/audio/speech") == 2  # kept-alive: one connection
+        for value in (b'"task_type":"Base"', b'"ref_text":"Hi."', b"UklGRg=="):
+            assert sent.count(value) == 2, sent[-300:]  # both requests carried it
+
+
 async def test_failover_before_the_first_byte(replicas: list[ServeProcess]) -> None:
     with proxies(replicas[0]) as (bad,):
         bad.faults = Faults(reset=True)

@@ -9,7 +9,7 @@ import pytest
 from gateway import protocol
 from gateway.engines.base import VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
-from gateway.session_config import apply_config, default_config
+from gateway.session_config import apply_config, clone_options, default_config
 from gateway.validation import (
     MAX_INSTRUCTIONS_CHARS,
     SAMPLE_RATE_MAX,
@@ -21,6 +21,7 @@ from gateway.validation import (
     check_model,
     check_sample_rate,
     check_speed,
+    check_vllm_fields,
 )
 
 VOICE = VoiceInfo(
@@ -107,6 +108,58 @@ def test_instructions_reach_an_engine_that_declares_them() -> None:
     assert check_instructions(too_long[:-1], "upstream", honoured=True) == too_long[:-1]
     # an engine without a style prompt takes only an empty one
     assert check_instructions(" ", "piper", honoured=False) is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "cloning", "options", "refused"),
+    [
+        ({}, False, {}, None),
+        ({"task_type": "CustomVoice", "ref_audio": "", "max_new_tokens": 9}, False, {}, None),
+        ({"ref_audio": "data:audio/wav;base64,AAAA"}, False, None, "ref_audio"),
+        ({"task_type": "Base"}, False, None, "task_type"),
+        ({"non_streaming_mode": True}, True, None, "non_streaming_mode"),
+        ({"speaker_embedding": [0.1]}, True, None, "speaker_embedding"),
+        ({"max_new_tokens": -1}, False, None, "max_new_tokens"),
+        ({"ref_text": "x" * 2001}, True, None, "ref_text"),
+        (
+            {"task_type": "Base", "ref_audio": "https://a/b.wav", "ref_text": "Hi."},
+            True,
+            {"task_type": "Base", "ref_audio": "https://a/b.wav", "ref_text": "Hi."},
+            None,
+        ),
+        # defaults given to a cloning engine remove what was in force
+        (
+            {"ref_audio": "", "x_vector_only_mode": False},
+            True,
+            {"ref_audio": None, "x_vector_only_mode": None},
+            None,
+        ),
+    ],
+)
+def test_vllm_omni_fields(
+    fields: dict[str, object], cloning: bool, options: dict[str, object] | None, refused: str | None
+) -> None:
+    """vllm-omni's extension fields: silent at their defaults; the voice-clone
+    ones become engine options for an engine that declares cloning."""
+    if refused is None:
+        assert check_vllm_fields(fields, cloning) == options
+        return
+    with pytest.raises(GatewayError) as info:
+        check_vllm_fields(fields, cloning)
+    assert info.value.param == refused
+    assert len(info.value.message) < 200  # a megabyte of ref_audio is never echoed
+
+
+def test_clone_options_are_kept_between_configs() -> None:
+    def given(**fields: object) -> protocol.SessionConfig:
+        return protocol.SessionConfig(**fields)  # type: ignore[arg-type]
+
+    options = clone_options({}, given(ref_audio="data:a", ref_text="Hi."), cloning=True)
+    assert options == {"ref_audio": "data:a", "ref_text": "Hi."}
+    assert clone_options(options, given(speed=1.5), cloning=True) == options
+    assert clone_options(options, given(ref_audio=""), cloning=True) == {"ref_text": "Hi."}
+    with pytest.raises(GatewayError):
+        clone_options({}, given(ref_audio="data:a"), cloning=False)
 
 
 def test_languages_match_any_spelling_or_auto() -> None:

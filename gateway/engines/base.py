@@ -120,6 +120,12 @@ class Budget(Protocol):
     def release(self, holder: object, seconds: float | None = None) -> None: ...
 
 
+#: the ``StreamRequest.options`` an engine declaring ``cloning`` receives when
+#: a client sends them (vllm-omni's voice-clone fields, checked by
+#: ``gateway.validation.check_vllm_fields``)
+CLONING_OPTIONS = ("task_type", "ref_audio", "ref_text", "x_vector_only_mode")
+
+
 @dataclass(frozen=True)
 class StreamRequest:
     """One utterance: what stays the same for all of its segments."""

@@ -41,8 +41,8 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
@@ -84,11 +84,14 @@ from gateway.segment_queue import SegmentQueue, speakable_segments
 from gateway.segmenter import is_speakable
 from gateway.server_state import GatewayState
 from gateway.validation import (
+    VLLM_ANY,
+    VLLM_DEFAULTS,
     check_instructions,
     check_language,
     check_model,
     check_sample_rate,
     check_speed,
+    check_vllm_fields,
 )
 
 log = logging.getLogger(__name__)
@@ -117,6 +120,15 @@ class SpeechBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream: bool | None = None
     sample_rate: int | None = None
     language: str | None = None
+    # vllm-omni's extension fields: accepted at their defaults; the voice-clone
+    # ones go to an engine declaring ``cloning`` (``validation.check_vllm_fields``)
+    task_type: str | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    non_streaming_mode: bool | None = None
+    max_new_tokens: int | None = None
+    initial_codec_chunk_frames: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +143,8 @@ class SpeechPlan:
     instructions: str | None = None
     #: the language asked for (the voice's own tag), None: not given
     language: str | None = None
+    #: voice-clone fields for an engine declaring ``cloning``
+    options: Mapping[str, object] = field(default_factory=dict)
 
 
 # --- validation --------------------------------------------------------------------
@@ -204,6 +218,16 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
     instructions = check_instructions(
         body.instructions, engine.name, engine.capabilities.instructions
     )
+    given = {
+        name: value
+        for name in (*VLLM_DEFAULTS, *VLLM_ANY)
+        if (value := getattr(body, name, None)) is not None
+    }
+    options = {
+        name: value
+        for name, value in check_vllm_fields(given, engine.capabilities.cloning).items()
+        if value is not None
+    }
     fmt = body.response_format
     if fmt not in RESPONSE_FORMATS:
         raise _invalid(
@@ -226,7 +250,7 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
     name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     voice = await resolve_voice(request, name)
     language = None if body.language is None else check_language(body.language, voice)
-    return SpeechPlan(text, voice, body.speed, fmt, rate, mode, instructions, language)
+    return SpeechPlan(text, voice, body.speed, fmt, rate, mode, instructions, language, options)
 
 
 # --- synthesis ---------------------------------------------------------------------
@@ -252,6 +276,7 @@ async def synthesize(
             language=plan.language,
             speed=plan.speed,
             instructions=plan.instructions,
+            options=plan.options,
             alignment=False,
             first_audio_priority=False,  # a WebSocket utterance's first chunk goes first
             label=label,

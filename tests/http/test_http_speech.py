@@ -223,6 +223,8 @@ def test_stream_true_is_a_streamed_body(piper_server: RunningServer) -> None:
         ({"input": ""}, 400, "invalid_config", "input"),
         ({"input": "x" * 20001}, 400, "text_too_long", "input"),
         ({"surprise": 1}, 400, "invalid_message", None),
+        ({"task_type": "Base", "ref_audio": "https://a/b.wav"}, 400, "unsupported_option", None),
+        ({"ref_text": "Hi."}, 400, "unsupported_option", "ref_text"),
     ],
 )
 def test_errors_in_openai_shape(
@@ -243,6 +245,25 @@ def test_unknown_voice_lists_available_and_sdk_raises(piper_server: RunningServe
         client(piper_server).audio.speech.create(model="tts-1", voice="nobody", input=TEXT)
     message = str(info.value)
     assert "joe" in message and "alloy" in message
+
+
+def test_vllm_omni_fields_at_their_defaults_are_accepted(piper_server: RunningServer) -> None:
+    """vllm-omni's speech client sends its extension fields; at their
+    defaults they change nothing and are not refused."""
+    body = {
+        "input": "Hi there.",
+        "voice": "joe",
+        "response_format": "wav",
+        "task_type": "CustomVoice",
+        "language": "Auto",
+        "instructions": "",
+        "max_new_tokens": 2048,
+        "non_streaming_mode": False,
+        "ref_audio": "",
+    }
+    response = httpx.post(piper_server.http + "/v1/audio/speech", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert len(decode(response.content, "wav")[0]) > 0
 
 
 def test_empty_instructions_are_accepted(piper_server: RunningServer) -> None:

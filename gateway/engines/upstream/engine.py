@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.engines.base import (
+    CLONING_OPTIONS,
     Capabilities,
     Engine,
     EngineStream,
@@ -64,8 +65,6 @@ log = logging.getLogger(__name__)
 # httpx logs every request's full URL at INFO, credentials included: never
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
-#: options of ``StreamRequest.options`` passed to an upstream that clones
-CLONING_OPTIONS = ("ref_audio", "ref_text", "x_vector_only_mode")
 #: text used to read the upstream's rate from a WAV header at start
 _RATE_PROBE_TEXT = "Hello."
 
