@@ -70,12 +70,17 @@ def check_sample_rate(rate: int) -> int:
 
 
 def language_matches(requested: str, voice: VoiceInfo) -> bool:
-    """``requested`` names the voice's language (any spelling it lists) or is ``auto``."""
+    """``requested`` names the voice's language (any spelling it lists), its
+    primary language alone (``en`` for an ``en-US`` voice), or is ``auto``."""
     wanted = requested.strip().casefold().replace("_", "-")
     if wanted == "auto":
         return True
-    names = (voice.language, voice.language_name, *voice.language_aliases)
-    return any(wanted == n.casefold().replace("_", "-") for n in names)
+    names = [
+        n.casefold().replace("_", "-")
+        for n in (voice.language, voice.language_name, *voice.language_aliases)
+    ]
+    primary = names[0].split("-")[0]
+    return wanted in names or wanted == primary
 
 
 def check_language(requested: str, voice: VoiceInfo) -> str:

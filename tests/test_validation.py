@@ -18,6 +18,7 @@ from gateway.validation import (
     SPEED_MIN,
     check_instructions,
     check_language,
+    language_matches,
     check_model,
     check_sample_rate,
     check_speed,
@@ -163,5 +164,8 @@ def test_clone_options_are_kept_between_configs() -> None:
 
 
 def test_languages_match_any_spelling_or_auto() -> None:
-    for spelling in ("en-US", "en_us", "English", "Auto", " auto "):
+    for spelling in ("en-US", "en_us", "English", "Auto", " auto ", "en", "EN"):
         assert check_language(spelling, VOICE) == "en-US"
+    # another region of the language, or another language, is not this voice
+    for other in ("en-GB", "de", "e", "eng"):
+        assert not language_matches(other, VOICE)
