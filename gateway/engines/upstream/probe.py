@@ -144,6 +144,7 @@ class Prober:
         return response
 
     async def _probe(self, index: int) -> None:
+        epoch = self.client.voice_epoch[index]
         healthy = True
         if self.settings.health_path:
             response = await self._get(index, self.settings.health_path)
@@ -155,7 +156,7 @@ class Prober:
                 if response is None or not response.is_success:
                     continue
                 healthy = True
-                await self._record_voices(index, response)
+                await self._record_voices(index, response, epoch)
                 break
         client = self.client
         client.pool.probed(index, healthy, client.clock())
@@ -166,10 +167,10 @@ class Prober:
         for listener in self.listeners:
             listener(index)
 
-    async def _record_voices(self, index: int, response: httpx.Response) -> None:
+    async def _record_voices(self, index: int, response: httpx.Response, epoch: int) -> None:
         doc = await asyncio.to_thread(parse_listing, response.content)
         held = held_voices(doc)
-        if not held:
-            return
+        if not held or self.client.voice_epoch[index] != epoch:
+            return  # not a listing, or an upload or deletion overtook it
         self.listings[index] = listed_voices(doc)
         self.client.replica_voices[index] = held

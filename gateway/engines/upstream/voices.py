@@ -229,6 +229,7 @@ class VoiceCopies:
 
     async def _listing(self, index: int) -> frozenset[str] | None:
         """The names ``index`` holds (None: it has no listing we read)."""
+        epoch = self.client.voice_epoch[index]
         try:
             async with asyncio.timeout(self.client.settings.probe_timeout_s):
                 response = await self.client.http.get(self.client.bases[index] + "/v1/audio/voices")
@@ -239,7 +240,8 @@ class VoiceCopies:
         held = held_voices(await asyncio.to_thread(parse_listing, response.content))
         if not held:
             return None
-        self.client.replica_voices[index] = held
+        if self.client.voice_epoch[index] == epoch:  # else an upload overtook it
+            self.client.replica_voices[index] = held
         return held
 
     # --- one replica, one voice ---------------------------------------------------------
@@ -287,6 +289,7 @@ class VoiceCopies:
         return Result(Copy.FAILED, message)
 
     def _held(self, index: int, key: str, holds: bool) -> None:
+        self.client.voice_epoch[index] += 1
         held = self.client.replica_voices[index]
         if held is None:
             return
