@@ -253,3 +253,24 @@ async def test_an_upload_no_replica_takes_is_refused_and_not_kept(
         assert "127.0.0.1" not in error["message"]  # no replica address
         assert "Nowhere" not in await held(gw.http)
         assert "Nowhere" not in await held(refusing.base)
+
+
+async def test_voices_stored_before_a_restart_reach_a_new_replica(
+    replicas: list[ServeProcess], tmp_path: Path
+) -> None:
+    """The gateway's store is the truth: a gateway started on it (a restart,
+    or a replica added to ``urls``) gives every replica what it lacks."""
+    a, b, _ = replicas
+    with front([a.base], tmp_path) as gw:
+        await state_is(gw, 0, ReplicaState.READY)
+        assert (await upload(gw.http, "Persisted")).status_code == 201
+    assert "Persisted" not in await held(b.base)
+    with front([a.base, b.base], tmp_path) as gw:
+
+        async def b_has_it() -> bool:
+            return "Persisted" in await held(b.base)
+
+        await until(b_has_it)
+        assert (await delete(gw.http, "Persisted")).status_code == 200
+        for replica in (a, b):
+            assert "Persisted" not in await held(replica.base)
