@@ -19,7 +19,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from gateway.errors import ErrorCode, GatewayError
 
-PROTOCOL_VERSION = "1.1.0"
+PROTOCOL_VERSION = "1.2.0"
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "mulaw", "alaw"]
 ResponseFormat = Literal["wav", "pcm"]
@@ -213,6 +213,9 @@ class EffectiveConfig(msgspec.Struct, kw_only=True):
     timestamps: bool
     framing: Framing
     model: str
+    #: the style prompt passed to an engine that declares ``instructions``
+    #: (since 1.2.0; null: none)
+    instructions: str | None = None
 
 
 class SessionCreated(_Message, tag="session.created", kw_only=True):

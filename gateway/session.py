@@ -271,7 +271,14 @@ class Session:
     def _on_config(self, message: protocol.SessionConfig) -> list[Action]:
         """``message`` has its voice names resolved (``VoiceDesk.resolve_config_voices``)."""
         engine = self.engine
-        new = apply_config(self.config, message, engine.voices(), engine.name, engine.model_names())
+        new = apply_config(
+            self.config,
+            message,
+            engine.voices(),
+            engine.name,
+            engine.model_names(),
+            instructions=engine.capabilities.instructions,
+        )
         if self.busy() and (new.framing != self.config.framing):
             raise GatewayError(
                 ErrorCode.INVALID_STATE,

@@ -77,9 +77,7 @@ def _find_voice(name: str, voices: Sequence[VoiceInfo]) -> VoiceInfo:
     )
 
 
-def _check_vllm_fields(msg: SessionConfig, engine_name: str) -> None:
-    if isinstance(msg.instructions, str):
-        check_instructions(msg.instructions, engine_name)
+def _check_vllm_fields(msg: SessionConfig) -> None:
     for name, accepted in _VLLM_DEFAULTS.items():
         value = getattr(msg, name)
         if value is UNSET or value is None or value in accepted:
@@ -116,9 +114,12 @@ def apply_config(
     voices: Sequence[VoiceInfo],
     engine_name: str,
     model_names: Sequence[str] = (),
+    *,
+    instructions: bool = False,
 ) -> EffectiveConfig:
-    """Return the config in force after ``msg``, or raise ``GatewayError``."""
-    _check_vllm_fields(msg, engine_name)
+    """Return the config in force after ``msg``, or raise ``GatewayError``.
+    ``instructions``: the engine follows a style prompt (its capabilities)."""
+    _check_vllm_fields(msg)
     if _given(msg.voice) and _given(msg.speaker):
         assert isinstance(msg.voice, str) and isinstance(msg.speaker, str)
         if msg.voice.strip().casefold() != msg.speaker.strip().casefold():
@@ -145,6 +146,8 @@ def apply_config(
     if _given(msg.language):
         assert isinstance(msg.language, str)
         changes["language"] = check_language(msg.language, voice)
+    if isinstance(msg.instructions, str):  # "" clears it; null keeps it
+        changes["instructions"] = check_instructions(msg.instructions, engine_name, instructions)
     if _given(msg.model):
         assert isinstance(msg.model, str)
         check_model(msg.model, engine_name, model_names)

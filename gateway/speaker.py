@@ -241,7 +241,9 @@ class AudioStream:
             utterance.engine_stream = self.env.engine.open_stream(
                 StreamRequest(
                     voice=config.voice,
+                    language=config.language,
                     speed=config.speed,
+                    instructions=config.instructions,
                     alignment=True,
                     label=f"{self.env.label}/{segment.context.id or '-'}",
                     # a whole-sentence message needs the whole sentence decoded

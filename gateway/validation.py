@@ -90,12 +90,29 @@ def check_language(requested: str, voice: VoiceInfo) -> str:
     return voice.language
 
 
-def check_instructions(instructions: str | None, engine_name: str) -> None:
-    """A style prompt: only an empty one, until an engine can follow it."""
-    if instructions is not None and instructions.strip():
+#: the longest style prompt accepted (characters); a bound on every input
+MAX_INSTRUCTIONS_CHARS = 2000
+
+
+def check_instructions(instructions: str | None, engine_name: str, honoured: bool) -> str | None:
+    """A style prompt (``instructions``) for an engine that declares it can
+    follow one (``Capabilities.instructions``, e.g. an upstream told so):
+    returned stripped, or None when empty.  Any other engine takes only an
+    empty one."""
+    if instructions is None or not instructions.strip():
+        return None
+    if not honoured:
         raise GatewayError(
             ErrorCode.UNSUPPORTED_OPTION,
             f"`instructions` cannot be honoured by the {engine_name!r} engine (it has no"
             " style prompt); leave it empty",
             param="instructions",
         )
+    if len(instructions) > MAX_INSTRUCTIONS_CHARS:
+        raise GatewayError(
+            ErrorCode.INVALID_CONFIG,
+            f"`instructions` has {len(instructions)} characters; the limit is"
+            f" {MAX_INSTRUCTIONS_CHARS}",
+            param="instructions",
+        )
+    return instructions.strip()

@@ -15,6 +15,9 @@ them when a connection is accepted or a response piece arrives):
   more (the connection stays open);
 * ``cut_after``: forward this many response bytes, then close both sides.
 
+Each connection keeps the first 64 KiB its client sent (``request_sample``),
+so a test can read what a gateway asked its upstream for.
+
 What it is not: an HTTP parser.  Byte counts are of the raw response,
 headers included.
 """
@@ -28,6 +31,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+#: how much of each request the proxy keeps for a test to read
+REQUEST_SAMPLE_BYTES = 65536
+
 
 @dataclass
 class Connection:
@@ -36,6 +42,8 @@ class Connection:
     closed: float | None = None
     request_bytes: int = 0
     response_bytes: int = 0
+    #: the first ``REQUEST_SAMPLE_BYTES`` the client sent (headers and body)
+    request_sample: bytearray = field(default_factory=bytearray)
 
 
 @dataclass
@@ -139,6 +147,8 @@ class FaultProxy:
     ) -> None:
         try:
             while data := await reader.read(65536):
+                room = REQUEST_SAMPLE_BYTES - len(conn.request_sample)
+                conn.request_sample += data[: max(room, 0)]
                 conn.request_bytes += len(data)
                 upstream.write(data)
                 await upstream.drain()

@@ -216,6 +216,32 @@ async def test_the_upstream_model_name_is_accepted(replicas: list[ServeProcess])
         assert not t.of("error") and t.binary
 
 
+async def test_instructions_and_language_reach_an_upstream_that_declares_them(
+    replicas: list[ServeProcess],
+) -> None:
+    """Protocol 1.2.0: a style prompt (WebSocket and HTTP) and the language
+    in force go into the upstream's request body; the synthetic replica has
+    no style prompt, so the body is read at a proxy, not from its answer."""
+    with (
+        proxies(replicas[0]) as (proxy,),
+        front([proxy.url], **PASSIVE, instructions=True, send_language=True) as gw,
+    ):
+        async with await open_ws(gw.ws_url) as ws:
+            created = json.loads(await ws.recv())
+            assert created["capabilities"]["instructions"] is True
+            await send(ws, type="session.config", instructions=" Whisper it. ", **STREAM)
+            updated = await recv_until(ws, Transcript(), stop="session.updated")
+            assert updated.of("session.updated")[0]["config"]["instructions"] == "Whisper it."
+            await send(ws, type="input.text", text="Hello there.")
+            await send(ws, type="input.done")
+            await recv_until(ws, Transcript())
+        await speech(gw.http, "Hello again.", instructions="Shout it.")
+        bodies = [bytes(c.request_sample) for c in proxy.connections]
+        sent = b"".join(bodies)
+        assert b'"instructions":"Whisper it."' in sent and b'"instructions":"Shout it."' in sent
+        assert b'"language":"English"' in sent  # vllm-omni's spelling of the session's language
+
+
 async def test_failover_before_the_first_byte(replicas: list[ServeProcess]) -> None:
     with proxies(replicas[0]) as (bad,):
         bad.faults = Faults(reset=True)

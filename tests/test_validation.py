@@ -11,6 +11,7 @@ from gateway.engines.base import VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
 from gateway.session_config import apply_config, default_config
 from gateway.validation import (
+    MAX_INSTRUCTIONS_CHARS,
     SAMPLE_RATE_MAX,
     SAMPLE_RATE_MIN,
     SPEED_MAX,
@@ -60,7 +61,7 @@ def test_bounds_are_the_protocol_types() -> None:
             "language",
         ),
         (
-            lambda: check_instructions("whisper", "piper"),
+            lambda: check_instructions("whisper", "piper", honoured=False),
             {"instructions": "whisper"},
             ErrorCode.UNSUPPORTED_OPTION,
             "instructions",
@@ -82,6 +83,30 @@ def test_websocket_and_http_refuse_alike(
         param,
         direct.value.message,
     )
+
+
+def test_instructions_reach_an_engine_that_declares_them() -> None:
+    """A style prompt is kept (stripped) for an engine whose capabilities say
+    it follows one, cleared by an empty string, kept by null, and bounded."""
+    current = default_config(VOICE, "upstream")
+    assert current.instructions is None
+
+    def config(**fields: object) -> protocol.EffectiveConfig:
+        message = protocol.SessionConfig(**fields)  # type: ignore[arg-type]
+        return apply_config(current, message, [VOICE], "upstream", instructions=True)
+
+    current = config(instructions="  Speak softly. ")
+    assert current.instructions == "Speak softly."
+    assert config(speed=1.5).instructions == "Speak softly."  # left out: kept
+    assert config(instructions=None).instructions == "Speak softly."  # null: kept
+    assert config(instructions="").instructions is None  # empty: cleared
+    too_long = "x" * (MAX_INSTRUCTIONS_CHARS + 1)
+    with pytest.raises(GatewayError) as info:
+        config(instructions=too_long)
+    assert (info.value.code, info.value.param) == (ErrorCode.INVALID_CONFIG, "instructions")
+    assert check_instructions(too_long[:-1], "upstream", honoured=True) == too_long[:-1]
+    # an engine without a style prompt takes only an empty one
+    assert check_instructions(" ", "piper", honoured=False) is None
 
 
 def test_languages_match_any_spelling_or_auto() -> None:

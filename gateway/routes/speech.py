@@ -127,6 +127,10 @@ class SpeechPlan:
     response_format: str
     sample_rate: int
     mode: Mode
+    #: the style prompt, for an engine that declares ``instructions``
+    instructions: str | None = None
+    #: the language asked for (the voice's own tag), None: not given
+    language: str | None = None
 
 
 # --- validation --------------------------------------------------------------------
@@ -197,7 +201,9 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
     if not is_speakable(text):
         raise _invalid("`input` has nothing speakable (no letters or digits)", "input")
     check_speed(body.speed)
-    check_instructions(body.instructions, engine.name)
+    instructions = check_instructions(
+        body.instructions, engine.name, engine.capabilities.instructions
+    )
     fmt = body.response_format
     if fmt not in RESPONSE_FORMATS:
         raise _invalid(
@@ -219,9 +225,8 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         raise GatewayError(ErrorCode.UNSUPPORTED_OPTION, str(exc), param="sample_rate") from None
     name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     voice = await resolve_voice(request, name)
-    if body.language is not None:
-        check_language(body.language, voice)
-    return SpeechPlan(text, voice, body.speed, fmt, rate, mode)
+    language = None if body.language is None else check_language(body.language, voice)
+    return SpeechPlan(text, voice, body.speed, fmt, rate, mode, instructions, language)
 
 
 # --- synthesis ---------------------------------------------------------------------
@@ -244,7 +249,9 @@ async def synthesize(
     stream = engine.open_stream(
         StreamRequest(
             voice=plan.voice.name,
+            language=plan.language,
             speed=plan.speed,
+            instructions=plan.instructions,
             alignment=False,
             first_audio_priority=False,  # a WebSocket utterance's first chunk goes first
             label=label,

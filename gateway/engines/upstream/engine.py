@@ -371,7 +371,9 @@ class UpstreamEngine(Engine):
         if config.instructions and request.instructions:
             body["instructions"] = request.instructions
         if config.send_language and request.language:
-            body["language"] = request.language
+            # vllm-omni's spelling: the language's name ("English"), not its tag;
+            # the session only lets through the voice's own language
+            body["language"] = voice.language_name or request.language
         if config.cloning:
             for key in CLONING_OPTIONS:
                 if key in request.options:
