@@ -93,6 +93,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
         trim = asyncio.create_task(trim_when_idle(the_engine.live_jobs), name="heap-trim")
         try:
             await asyncio.to_thread(voice_store.open)
+            the_engine.use_voice_store(voice_store)
             log_format_support()
             if owns_engine:
                 log.info("loading engine %s", the_engine.name)

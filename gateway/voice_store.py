@@ -281,6 +281,14 @@ class VoiceStore:
             ).fetchone()
         return StoredVoice(*row) if row else None
 
+    def read_audio(self, voice: StoredVoice) -> bytes | None:
+        """The voice's audio exactly as uploaded (None: it was deleted), for
+        an engine that keeps copies of uploads on its servers."""
+        try:
+            return (self.audio_dir / voice.file).read_bytes()
+        except FileNotFoundError:
+            return None
+
     # --- changes --------------------------------------------------------------------
 
     def add(

@@ -7,7 +7,11 @@ and raise the same registry errors (``GatewayError``); each surface only
 maps them to its own shape (an OpenAI error body, or an ``error`` event).
 
 Store calls (file and SQLite I/O) and audio decoding run with
-``asyncio.to_thread``, never on the event loop.
+``asyncio.to_thread``, never on the event loop.  An engine that keeps
+copies of uploads on its servers (``upstream``) hears of each upload and
+deletion (``Engine.voice_added``/``voice_removed``); when it refuses an
+upload, the store drops it again.  An uploaded voice the engine speaks by
+name (``VoiceInfo.uploaded``) is listed once, as uploaded.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def alias_targets(engine: Engine, settings: Settings) -> dict[str, VoiceInfo | N
 
 
 def reserved_names(engine: Engine, settings: Settings) -> list[str]:
-    return [v.name for v in engine.voices()] + list(settings.alias_table)
+    return [v.name for v in engine.voices() if not v.uploaded] + list(settings.alias_table)
 
 
 def can_clone(engine: Engine) -> bool:
@@ -67,6 +71,7 @@ async def voice_listing(engine: Engine, settings: Settings, store: VoiceStore) -
             "description": v.description,
         }
         for v in engine.voices()
+        if not v.uploaded  # listed below, from the store, as uploaded
     ]
     aliases = [
         {
@@ -81,7 +86,9 @@ async def voice_listing(engine: Engine, settings: Settings, store: VoiceStore) -
     uploaded = [uploaded_entry(v, engine) for v in stored]
     return {
         "object": "list",
-        "voices": [v["name"] for v in builtin] + [a["name"] for a in aliases],
+        "voices": [v["name"] for v in builtin]
+        + [a["name"] for a in aliases]
+        + [v["name"] for v in uploaded if v["speakable"]],
         "data": builtin + aliases + uploaded,
         "uploaded_voices": uploaded,
     }
@@ -163,6 +170,11 @@ async def add_voice(
         description=description,
         reserved=reserved_names(engine, settings),
     )
+    try:
+        await engine.voice_added(voice, data)  # the upstream engine copies it to its replicas
+    except GatewayError:
+        await asyncio.to_thread(store.remove, voice.name)
+        raise
     return uploaded_entry(voice, engine)
 
 
@@ -172,7 +184,8 @@ async def remove_voice(
     """Delete an uploaded voice (case-insensitive); returns ``{name, id,
     deleted}``.  A built-in voice or alias is ``invalid_state``, an unknown
     name ``unknown_voice``."""
-    if engine.find_voice(name) is not None or name.strip().casefold() in settings.alias_table:
+    own = engine.find_voice(name)
+    if (own is not None and not own.uploaded) or name.strip().casefold() in settings.alias_table:
         raise GatewayError(
             ErrorCode.INVALID_STATE,
             f"{name!r} is a built-in voice or alias and cannot be deleted",
@@ -183,6 +196,7 @@ async def remove_voice(
         raise GatewayError(
             ErrorCode.UNKNOWN_VOICE, f"no uploaded voice named {name!r}", param="name"
         )
+    await engine.voice_removed(removed)  # the upstream engine deletes its replicas' copies
     return {"name": removed.name, "id": removed.id, "deleted": True}
 
 

@@ -57,6 +57,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
+    from gateway.voice_store import StoredVoice, VoiceStore
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class VoiceInfo:
     description: str = ""
     #: other spellings accepted for the language (Piper code ``en_US`` ...)
     language_aliases: tuple[str, ...] = ()
+    #: a voice uploaded to the gateway (``voice_store``) that the engine
+    #: speaks by name, not one of its own: listed as ``uploaded``, deletable
+    uploaded: bool = False
 
 
 #: what an engine takes as input: whole segments chosen by the gateway's
@@ -318,6 +322,21 @@ class Engine(abc.ABC):
     def live_jobs(self) -> int:
         """Jobs submitted and not yet finished or cancelled (debug gauge)."""
         return 0
+
+    # --- uploaded voices (optional) ---------------------------------------------------
+    # An engine whose servers keep their own copies of uploaded voices (the
+    # upstream engine: vllm-omni stores them per server) hears of each
+    # upload and deletion here, and reads the store to restore copies.
+
+    def use_voice_store(self, store: VoiceStore) -> None:  # noqa: B027 - optional hook
+        """The gateway's store of uploaded voices, given before ``start``."""
+
+    async def voice_added(self, voice: StoredVoice, audio: bytes) -> None:  # noqa: B027
+        """An upload was stored.  Raise ``GatewayError`` to refuse it: the
+        gateway then deletes it from the store again."""
+
+    async def voice_removed(self, voice: StoredVoice) -> None:  # noqa: B027
+        """An uploaded voice was deleted from the store."""
 
     def queue_depth(self) -> int:
         """Work items waiting for an engine worker (metrics gauge)."""

@@ -126,6 +126,9 @@ class UpstreamClient:
         self.ttfb = [Histogram() for _ in self.bases]
         #: voices each replica listed (None: unknown), from the readiness probe
         self.replica_voices: list[frozenset[str] | None] = [None] * len(self.bases)
+        #: bumped when an upload or deletion changes what a replica holds: a
+        #: listing fetched before the change is stale and not recorded
+        self.voice_epoch = [0] * len(self.bases)
         # identity: the audio body is decoded from the raw bytes as they come
         headers = {"Accept-Encoding": "identity"}
         if settings.api_key:

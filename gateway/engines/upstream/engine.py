@@ -23,7 +23,9 @@ none invented.  ``instructions``, ``language`` and the cloning fields
 (``ref_audio``, ``ref_text``) are sent only when the ``[upstream]`` section
 declares the upstream supports them.  Voices are the ones the replicas list
 (``GET /v1/audio/voices``, merged; a voice only some replicas hold is routed
-to those), else ``upstream.voices``.
+to those), else ``upstream.voices``.  With ``upstream.cloning``, voices
+uploaded through the gateway are copied to every replica and reconciled
+when one returns (``voices.VoiceCopies``), and spoken by name.
 
 What it must not do: invent timings, retry a segment after part of its audio
 was delivered, or log URLs with credentials or the API key.
@@ -54,12 +56,14 @@ from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs, wai
 from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.pool import ReplicaState
 from gateway.engines.upstream.probe import Prober
+from gateway.engines.upstream.voices import VoiceCopies
 from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
     from gateway.settings import Settings
+    from gateway.voice_store import StoredVoice, VoiceStore
 
 log = logging.getLogger(__name__)
 # httpx logs every request's full URL at INFO, credentials included: never
@@ -154,13 +158,22 @@ class UpstreamEngine(Engine):
         self.tasks: set[asyncio.Task[None]] = set()
         self._rate = self.config.native_rate
         self._configured = self._voices_from_names(self.config.voices)
+        #: uploads through the gateway, copied to every replica (with cloning)
+        self.copies = VoiceCopies(self.client)
+        self._store: VoiceStore | None = None
 
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self._store is not None and self.config.cloning:
+            await self.copies.load(self._store)
+            self.prober.listeners.append(self.copies.probed)
         if self.prober.enabled:
             await self.prober.probe_all()
             self.prober.start()
+        else:  # no probes: no return to see; the replicas get the uploads now
+            for index in range(len(self.client.bases)):
+                self.copies.probed(index)
         if not self._rate and not self._listed_rates():
             self._rate = await self._probe_rate()
         ready = sum(
@@ -177,6 +190,7 @@ class UpstreamEngine(Engine):
 
     async def aclose(self) -> None:
         await self.prober.aclose()
+        await self.copies.aclose()
         self.live.cancel_all()
         for task in list(self.tasks):
             task.cancel()
@@ -194,6 +208,19 @@ class UpstreamEngine(Engine):
         from gateway.engines.upstream.metrics import PoolCollector
 
         return (PoolCollector(self.client),)
+
+    # --- uploaded voices ---------------------------------------------------------------
+
+    def use_voice_store(self, store: VoiceStore) -> None:
+        self._store = store
+
+    async def voice_added(self, voice: StoredVoice, audio: bytes) -> None:
+        if self.config.cloning and self.copies.store is not None:
+            await self.copies.added(voice, audio)
+
+    async def voice_removed(self, voice: StoredVoice) -> None:
+        if self.config.cloning and self.copies.store is not None:
+            await self.copies.removed(voice)
 
     # --- voices and rates ----------------------------------------------------------------
 
@@ -226,12 +253,17 @@ class UpstreamEngine(Engine):
         return rates
 
     def voices(self) -> Sequence[VoiceInfo]:
+        """The replicas' voices merged, then ``upstream.voices``, then (with
+        cloning) the voices uploaded through the gateway, which the replicas
+        speak by name.  A replica's copy of a voice uploaded or deleted
+        through the gateway is not listed as its own."""
         tag, language_name = self._language()
         seen: dict[str, VoiceInfo] = {}
+        ours = set(self.copies.uploaded) | self.copies.deleted()
         for listing in self.prober.listings:
             for entry in listing or ():
                 name = entry["name"]
-                if name.casefold() in seen:
+                if name.casefold() in seen or name.casefold() in ours:
                     continue
                 rate = entry.get("sample_rate")
                 seen[name.casefold()] = VoiceInfo(
@@ -245,9 +277,28 @@ class UpstreamEngine(Engine):
                 )
         for voice in self._configured:
             seen.setdefault(voice.name.casefold(), voice)
-        if not seen:  # nothing listed or configured: the upstream's own default
-            return self._voices_from_names(["default"])
-        return tuple(seen.values())
+        own = list(seen.values()) or self._voices_from_names(["default"])
+        if not self.config.cloning:
+            return tuple(own)
+        return (*own, *self._uploaded_voices(own))
+
+    def _uploaded_voices(self, own: Sequence[VoiceInfo]) -> list[VoiceInfo]:
+        tag, language_name = self._language()
+        taken = {v.name.casefold() for v in own}
+        return [
+            VoiceInfo(
+                name=stored.name,
+                language=tag,
+                language_name=language_name,
+                sample_rate=self._rate or own[0].sample_rate,
+                quality="upstream",
+                engine=self.name,
+                description="A voice uploaded to the gateway, copied to every replica.",
+                uploaded=True,
+            )
+            for key, stored in self.copies.uploaded.items()
+            if key not in taken
+        ]
 
     @property
     def capabilities(self) -> Capabilities:
