@@ -18,11 +18,11 @@ from gateway.validation import (
     SPEED_MIN,
     check_instructions,
     check_language,
-    language_matches,
     check_model,
     check_sample_rate,
     check_speed,
     check_vllm_fields,
+    language_matches,
 )
 
 VOICE = VoiceInfo(
