@@ -58,6 +58,7 @@ class ErrorCode(enum.StrEnum):
     BUSY = "busy"
     RATE_LIMITED = "rate_limited"
     TIMEOUT = "timeout"
+    ENGINE_REFUSED = "engine_refused"
     INTERNAL = "internal"
 
     @property
@@ -142,6 +143,14 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         408,
         _BAD,
         "A config, idle or stall timeout expired (close 4001, 4002 or 4008).",
+    ),
+    ErrorCode.ENGINE_REFUSED: ErrorSpec(
+        "never",
+        None,
+        400,
+        _BAD,
+        "The engine (an upstream server) refused the request as invalid; its reason is in"
+        " the message.",
     ),
     ErrorCode.INTERNAL: ErrorSpec(
         "never",

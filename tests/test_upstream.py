@@ -318,7 +318,8 @@ async def test_a_refused_request_fails_alone_without_retry_or_ejection(
     ):
         for _ in range(4):
             refused = await speech(gw.http, "Hello there.", voice="ghost")
-            assert refused.status_code >= 400
+            assert refused.status_code == 400  # the client's mistake, not a server error
+            assert refused.json()["error"]["code"] == "engine_refused"
             assert "refused" in refused.text or "ghost" in refused.text
         pool = engine_of(gw).client.pool
         assert sum(r.requests for r in pool.replicas) == 4  # one attempt each, no retry

@@ -219,7 +219,16 @@ class SegmentStats:
 
 
 class SynthesisError(Exception):
-    """The engine failed to synthesize one segment; the stream goes on."""
+    """The engine failed to synthesize one segment; the stream goes on.
+
+    ``refused``: the engine judged the request itself invalid (an upstream
+    answered 4xx other than 408/429, e.g. a reference audio it cannot read):
+    the client's mistake, which the HTTP API answers with 400
+    ``engine_refused`` rather than a server error."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class SynthesisJob(abc.ABC):

@@ -256,6 +256,14 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
 # --- synthesis ---------------------------------------------------------------------
 
 
+def synthesis_error(exc: SynthesisError) -> GatewayError:
+    """A failed segment as the HTTP API reports it: 400 ``engine_refused``
+    when the engine refused the request as invalid, else 500 ``internal``."""
+    if exc.refused:
+        return GatewayError(ErrorCode.ENGINE_REFUSED, str(exc))
+    return GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
+
+
 @dataclass(eq=False)
 class _Segment:
     text: str
@@ -361,7 +369,7 @@ async def sse_events(
         async for data in audio:
             yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
     except SynthesisError as exc:
-        error = GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
+        error = synthesis_error(exc)
         yield _sse({"type": "error", **error_body(error)})
         return
     finally:
@@ -443,11 +451,7 @@ class SpeechResponse:
                 await send(self._start(None))
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (GatewayError, SynthesisError) as exc:
-            error = (
-                exc
-                if isinstance(exc, GatewayError)
-                else GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
-            )
+            error = exc if isinstance(exc, GatewayError) else synthesis_error(exc)
             if started:
                 # the status is gone already: cut the body short so the
                 # client sees an incomplete response, never a clean end
@@ -571,7 +575,7 @@ async def _batch_item(
         state.metrics.errors.labels(code=str(exc.code)).inc()
         return {"index": index, "status": "error", **error_body(exc)}
     except SynthesisError as exc:
-        error = GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
+        error = synthesis_error(exc)
         state.metrics.errors.labels(code=str(error.code)).inc()
         return {"index": index, "status": "error", **error_body(error)}
     return {

@@ -221,7 +221,9 @@ class UpstreamClient:
                     f" segment's audio: {attempt.message}"
                 )
             if attempt.outcome is Outcome.CLIENT_ERROR:
-                raise SynthesisError(f"the upstream refused the segment: {attempt.message}")
+                raise SynthesisError(
+                    f"the upstream refused the segment: {attempt.message}", refused=True
+                )
             log.info("upstream %s: %s; trying another replica", name, attempt.message)
             last = attempt.message
         raise SynthesisError(f"no upstream replica could speak the segment: {last}")
