@@ -28,7 +28,7 @@ from gateway.engines.upstream.engine import UpstreamEngine
 from gateway.engines.upstream.pool import ReplicaState
 from tests.conftest import RunningServer, run_server
 from tests.conftest import test_settings as settings_for
-from tests.faultproxy import FaultProxy
+from tests.faultproxy import FaultProxy, Faults
 from tests.helpers import ServeProcess, open_ws, send, serve_process
 from tests.http.test_http_voices import tone
 
@@ -274,3 +274,29 @@ async def test_voices_stored_before_a_restart_reach_a_new_replica(
         assert (await delete(gw.http, "Persisted")).status_code == 200
         for replica in (a, b):
             assert "Persisted" not in await held(replica.base)
+
+
+async def test_a_slow_upload_never_holds_up_the_sessions_other_messages(
+    replicas: list[ServeProcess], tmp_path: Path
+) -> None:
+    """An upload copied to a slow replica (1.5 s at the proxy) is answered
+    beside the session's messages: a ``ping`` sent after it is answered
+    first; a ``session.config`` naming the new voice waits for it."""
+    slow = FaultProxy(replicas[0].port)
+    # no probes: they would queue behind the delay too
+    with front([slow.url], tmp_path, health_path="", ready_paths=[], native_rate=22050) as gw:
+        await state_is(gw, 0, ReplicaState.READY)
+        slow.faults = Faults(delay_s=1.5)
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            audio = base64.b64encode(AUDIO).decode()
+            await send(ws, type="voice.add", name="Slowpoke", audio=audio, consent=True)
+            await send(ws, type="ping", id="behind")
+            await send(ws, type="session.config", voice="Slowpoke")
+            order = []
+            while len(order) < 3:
+                raw = await ws.recv()
+                if isinstance(raw, str):
+                    order.append(json.loads(raw)["type"])
+            assert order == ["pong", "voice.add.result", "session.updated"], order
+    slow.close()

@@ -24,7 +24,7 @@ from gateway.pings import PingWatch
 from gateway.routes.security import agent_identity, check_websocket
 from gateway.server_state import GatewayState, RateLimiter
 from gateway.session import Action, AnswerVoiceRequest, Close, Session, State
-from gateway.voice_requests import VoiceDesk
+from gateway.voice_requests import VoiceDesk, VoiceRequest
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,7 @@ async def stream_endpoint(websocket: WebSocket) -> None:
         session.log.exception("session failed unexpectedly")
         await _fail(conn)
     finally:
+        await conn.stop_voice_requests()
         await session.shutdown()
         state.sessions -= 1
         state.sessions_by_client[client] -= 1
@@ -104,6 +105,10 @@ async def stream_endpoint(websocket: WebSocket) -> None:
         state.live_sessions.discard(conn)
         state.metrics.sessions_active.dec()
         session.log.info("session closed")
+
+
+#: voice requests (``voice.*``) a session may have waiting for answers
+MAX_WAITING_VOICE_REQUESTS = 4
 
 
 class Connection:
@@ -115,6 +120,58 @@ class Connection:
         self.session = session
         self.out = out
         self.voices = voices
+        #: voice requests waiting for their answer, answered in order by one
+        #: task, so an upload copied to slow upstream replicas never holds up
+        #: the reader (a ``cancel`` behind it is read at once)
+        self._voice_requests: asyncio.Queue[VoiceRequest] = asyncio.Queue(
+            MAX_WAITING_VOICE_REQUESTS
+        )
+        self._voice_task: asyncio.Task[None] | None = None
+
+    def _queue_voice_request(self, request: VoiceRequest) -> list[Action]:
+        """Hand ``request`` to the answering task; a refusal when too many wait."""
+        try:
+            self._voice_requests.put_nowait(request)
+        except asyncio.QueueFull:
+            error = GatewayError(
+                ErrorCode.BUSY,
+                f"{MAX_WAITING_VOICE_REQUESTS} voice requests are already waiting for their"
+                " answers; send the next one after a reply",
+            )
+            return self.session.report_error(
+                error, request_id=request.request_id, may_be_fatal=False
+            )
+        if self._voice_task is None:
+            self._voice_task = asyncio.create_task(self._answer_voice_requests())
+        return []
+
+    async def _answer_voice_requests(self) -> None:
+        while True:
+            request = await self._voice_requests.get()
+            try:
+                await self._answer(request)
+            except ConnectionGone:
+                return
+            finally:
+                self._voice_requests.task_done()
+
+    async def _answer(self, request: VoiceRequest) -> None:
+        try:
+            reply = await self.voices.answer(request)
+        except GatewayError as error:
+            refused = self.session.report_error(
+                error, request_id=request.request_id, may_be_fatal=False
+            )
+            await self.perform(refused)  # never a Close: may_be_fatal=False
+            return
+        await self.out.event(reply)
+
+    async def stop_voice_requests(self) -> None:
+        """Stop answering (the session ends); unanswered requests are dropped."""
+        task, self._voice_task = self._voice_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def perform(self, actions: list[Action]) -> bool:
         """Send, answer or close, in order; False once the session ends."""
@@ -125,18 +182,8 @@ class Connection:
                     await self.close(code, reason)
                     return False
                 case AnswerVoiceRequest(request=request):
-                    # the reader waits for the store (replies keep request
-                    # order, a client cannot pile up uploads); audio goes on
-                    try:
-                        reply = await self.voices.answer(request)
-                    except GatewayError as error:
-                        refused = session.report_error(
-                            error, request_id=request.request_id, may_be_fatal=False
-                        )
-                        if not await self.perform(refused):
-                            return False
-                        continue
-                    await self.out.event(reply)
+                    if not await self.perform(self._queue_voice_request(request)):
+                        return False
                 case _:
                     await self.out.event(action)
         return True
@@ -144,6 +191,8 @@ class Connection:
     async def receive(self, message: protocol.ClientMessage) -> bool:
         """Hand one decoded message to the core; False once the session ends."""
         if isinstance(message, protocol.SessionConfig):
+            # a config may name a voice uploaded just before it: answer those first
+            await self._voice_requests.join()
             try:
                 message = await self.voices.resolve_config_voices(message)
             except GatewayError as error:
