@@ -119,7 +119,9 @@ class OrpheusStream(DeliveryStream):
             return
         job.stats.add_stage("prompt_ms", (time.perf_counter() - t0) * 1e3)
         body = engine.completion_body(prompt, job.text)
-        stream = engine.worker.open(job, seed=next(engine.seeds))
+        seed = next(engine.seeds)  # the keyed noise's, recorded for offline comparison
+        job.stats.extra["noise_seed"] = float(seed)
+        stream = engine.worker.open(job, seed=seed)
         t0 = time.perf_counter()
         try:
             result = await engine.client.generate(body, stream)
@@ -164,6 +166,10 @@ class OrpheusEngine(Engine):
         self.tasks: set[asyncio.Task[None]] = set()
         self.seeds = itertools.count(1)
         self.prompts: PromptBuilder | None = None
+        #: the served model's context length (vLLM's ``max_model_len`` in
+        #: ``GET /v1/models``), once a replica answered; prompt + max_tokens
+        #: must fit in it or vLLM refuses the request
+        self.context_len: int | None = None
         self.worker: DecodeWorker | None = None
         self.sampling = Sampling(
             temperature=self.config.temperature,
@@ -193,6 +199,7 @@ class OrpheusEngine(Engine):
         if self.prober.enabled:
             await self.prober.probe_all()
             self.prober.start()
+        self.context_len = await self._context_len()
         ready = sum(
             1
             for i in range(len(self.client.bases))
@@ -206,6 +213,30 @@ class OrpheusEngine(Engine):
             self.config.device,
             self.config.noise,
         )
+
+    async def _context_len(self) -> int | None:
+        """The served model's ``max_model_len`` from the first replica whose
+        ``GET /v1/models`` lists it (None: none did; ``max_tokens_cap`` alone
+        bounds the request then)."""
+        for index, base in enumerate(self.client.bases):
+            try:
+                async with asyncio.timeout(self.config.probe_timeout_s):
+                    response = await self.client.http.get(base + "/v1/models")
+                doc = response.json() if response.is_success else None
+            except Exception as exc:  # unreachable or not JSON: try the next one
+                log.debug("orpheus replica %d: no model listing (%s)", index, type(exc).__name__)
+                continue
+            models = doc.get("data") if isinstance(doc, dict) else None
+            for entry in models if isinstance(models, list) else ():
+                if not isinstance(entry, dict):
+                    continue
+                if self.config.model and entry.get("id") != self.config.model:
+                    continue
+                length = entry.get("max_model_len")
+                if isinstance(length, int) and length > 0:
+                    log.info("orpheus: the served model's context is %d tokens", length)
+                    return length
+        return None
 
     def _load(self) -> tuple[PromptBuilder, DecodeWorker]:
         """The tokenizer, SNAC and the decode worker (blocking), with a clear
@@ -302,6 +333,8 @@ class OrpheusEngine(Engine):
         limit = max_tokens(
             len(text), config.seconds_per_char, config.max_tokens_base, config.max_tokens_cap
         )
+        if self.context_len is not None:  # the prompt and the speech share the context
+            limit = max(1, min(limit, self.context_len - len(prompt)))
         return completion_body(prompt, limit, self.sampling, config.model)
 
     def open_stream(self, request: StreamRequest) -> EngineStream:
