@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.pool import ReplicaState
+from gateway.engines.upstream.replicas import ReplicaClient
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def listed_voices(doc: Any) -> list[dict[str, Any]]:
 
 
 class Prober:
-    def __init__(self, client: UpstreamClient) -> None:
+    def __init__(self, client: ReplicaClient) -> None:
         self.client = client
         self.settings = client.settings
         #: the voice listings each replica answered (None: not a listing)
