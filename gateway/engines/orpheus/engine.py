@@ -222,9 +222,12 @@ class OrpheusEngine(Engine):
                 " (hubertsiuzdak/snac_24khz: config.json, pytorch_model.bin)"
             )
         try:
-            import snac  # noqa: F401
             import torch
             import transformers  # noqa: F401
+
+            from gateway.vocoders.snac_stream import import_snac
+
+            import_snac()
         except ImportError as exc:
             raise OrpheusUnavailableError(
                 "the orpheus engine needs the `orpheus` extra (snac, transformers):"
@@ -288,8 +291,7 @@ class OrpheusEngine(Engine):
             instructions=False,
             languages=(self.config.language,),
             max_concurrency=len(self.config.urls) * self.config.max_per_replica,
-            typical_first_chunk_s=_TYPICAL_PREFILL_S
-            + FIRST_AUDIO_TOKENS / _TYPICAL_TOKENS_PER_S,
+            typical_first_chunk_s=_TYPICAL_PREFILL_S + FIRST_AUDIO_TOKENS / _TYPICAL_TOKENS_PER_S,
         )
 
     # --- requests ---------------------------------------------------------------------
