@@ -118,28 +118,3 @@ def test_vllm_streams_the_chain(vllm_server: VllmServer, tiny_model: TinyOrpheus
     assert frames == list(tiny_model.frames)
     assert len(set(frames)) >= 50
     assert all(audio_position(t) is not None for t in tiny_model.audio_ids)
-
-
-def test_vllm_counts_running_requests(vllm_server: VllmServer, tiny_model: TinyOrpheus) -> None:
-    """The gauge the cancel tests read: idle is 0, during a generation 1."""
-    assert vllm_server.num_requests_running() == 0
-    body = {
-        "model": vllm_server.name,
-        "prompt": prompt(tiny_model, "Hello"),
-        "stream": True,
-        "return_token_ids": True,
-        "stop_token_ids": [tokens.END_OF_SPEECH],
-        "max_tokens": len(tiny_model.chain),
-        **SAMPLING,
-    }
-    with httpx.stream(
-        "POST", vllm_server.base_url + "/v1/completions", json=body, timeout=120
-    ) as response:
-        lines = response.iter_lines()
-        for line in lines:
-            if line.startswith("data: "):
-                break
-        assert vllm_server.num_requests_running() == 1
-        for _ in lines:
-            pass
-    assert vllm_server.num_requests_running() == 0
