@@ -356,4 +356,4 @@ class OrpheusEngine(Engine):
         return len(self.live)
 
     def queue_depth(self) -> int:
-        return self.worker.active() if self.worker is not None else 0
+        return self.worker.queued() if self.worker is not None else 0
