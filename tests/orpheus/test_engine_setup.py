@@ -114,3 +114,37 @@ def test_capabilities_voices_and_requests(folders: tuple[Path, Path]) -> None:
     assert body["model"] == "orpheus-3b" and body["prompt"] == [1, 2, 3]
     engine.context_len = 200  # the served model's context, once a replica listed it
     assert engine.completion_body([1] * 150, "Hello there.")["max_tokens"] == 50
+
+
+def test_the_section_from_the_environment() -> None:
+    loaded = load_settings(
+        environ={
+            "GATEWAY_ENGINE": "orpheus",
+            "GATEWAY_ORPHEUS_URLS": "http://a:8000, http://b:8000",
+            "GATEWAY_ORPHEUS_SEED": "3",
+            "GATEWAY_ORPHEUS_TEMPERATURE": "0.5",
+            "GATEWAY_ORPHEUS_VOICES": "tara,leo",
+            "GATEWAY_ORPHEUS_MAX_PER_REPLICA": "4",
+        }
+    )
+    config = loaded.orpheus
+    assert config.urls == ["http://a:8000", "http://b:8000"] and config.seed == 3
+    assert config.temperature == 0.5 and config.voices == ["tara", "leo"]
+    assert config.max_per_replica == 4 and config.ready_paths == ["/v1/models"]
+    assert loaded.upstream.ready_paths == ["/v1/models", "/v1/audio/voices"]  # its own default
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"GATEWAY_ORPHEUS_MAX_PER_REPLICA": "0"}, r"orpheus\.max_per_replica must be >= 1"),
+        ({"GATEWAY_ORPHEUS_URLS": "ftp://x"}, r"orpheus\.urls: 'ftp://x'"),
+        ({"GATEWAY_ORPHEUS_TOP_P": "0"}, r"orpheus\.top_p"),
+        ({"GATEWAY_ORPHEUS_VOICES": ""}, r"orpheus\.voices must not be empty"),
+        ({"GATEWAY_ORPHEUS_NOISE": "random"}, r"orpheus\.noise"),
+        ({"GATEWAY_UPSTREAM_MAX_PER_REPLICA": "0"}, r"upstream\.max_per_replica must be >= 1"),
+    ],
+)
+def test_invalid_values_name_their_section(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(SettingsError, match=needle):
+        load_settings(environ=env)
