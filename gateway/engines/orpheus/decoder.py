@@ -176,8 +176,14 @@ class DecodeWorker:
         return stream
 
     def active(self) -> int:
+        """Segments with a decode stream open."""
         with self.cond:
             return len(self._streams)
+
+    def queued(self) -> int:
+        """Segments whose frames wait for the worker (a metrics gauge)."""
+        with self.cond:
+            return sum(1 for s in self._streams if s.pending)
 
     def close(self) -> None:
         """Stop the thread (blocking: call from a worker thread)."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import itertools
 import logging
 import time
@@ -57,6 +58,7 @@ from gateway.engines.orpheus.completions import Sampling, completion_body
 from gateway.engines.orpheus.prompt import PromptBuilder, max_tokens
 from gateway.engines.upstream.pool import ReplicaState
 from gateway.engines.upstream.probe import Prober
+from gateway.settings import OrpheusSettings, SettingsError
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -76,8 +78,39 @@ _TYPICAL_TOKENS_PER_S = 100.0
 _TYPICAL_PREFILL_S = 0.05
 
 
-class OrpheusUnavailableError(RuntimeError):
-    """The engine cannot start: the extra or a local folder is missing."""
+def check_setup(config: OrpheusSettings) -> None:
+    """What the engine needs on this host, checked when it is created (so
+    ``serve`` stops at once with the reason, exit code 2): the ``orpheus``
+    extra, the tokenizer and SNAC folders, a CUDA device if asked for.
+    Nothing is loaded here."""
+    if importlib.util.find_spec("snac") is None or importlib.util.find_spec("transformers") is None:
+        raise SettingsError(
+            "engine orpheus needs the `orpheus` extra (snac, transformers):"
+            " pip install 'voice-gateway[orpheus]'"
+        )
+    if not config.tokenizer:
+        raise SettingsError(
+            "engine orpheus needs orpheus.tokenizer, the folder of the model's tokenizer"
+            " (GATEWAY_ORPHEUS_TOKENIZER)"
+        )
+    if not Path(config.tokenizer).expanduser().is_dir():
+        raise SettingsError(f"orpheus.tokenizer: {config.tokenizer} is not a folder")
+    if not config.snac:
+        raise SettingsError(
+            "engine orpheus needs orpheus.snac, the folder of the SNAC 24 kHz weights"
+            " (hubertsiuzdak/snac_24khz: config.json, pytorch_model.bin; GATEWAY_ORPHEUS_SNAC)"
+        )
+    folder = Path(config.snac).expanduser()
+    if not (folder / "config.json").is_file() or not (folder / "pytorch_model.bin").is_file():
+        raise SettingsError(
+            f"orpheus.snac: {config.snac} has no config.json and pytorch_model.bin"
+            " (the SNAC 24 kHz weights of hubertsiuzdak/snac_24khz)"
+        )
+    if config.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SettingsError("orpheus.device is cuda, but torch sees no usable CUDA device")
 
 
 class OrpheusStream(DeliveryStream):
@@ -160,6 +193,7 @@ class OrpheusEngine(Engine):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self.config = settings.orpheus  # Settings checked that urls is not empty
+        check_setup(self.config)
         self.client = CompletionsClient(self.config)
         self.prober = Prober(self.client)
         self.live = LiveJobs()
@@ -239,43 +273,21 @@ class OrpheusEngine(Engine):
         return None
 
     def _load(self) -> tuple[PromptBuilder, DecodeWorker]:
-        """The tokenizer, SNAC and the decode worker (blocking), with a clear
-        message for whatever is missing."""
-        config = self.config
-        if not config.tokenizer:
-            raise OrpheusUnavailableError(
-                "orpheus.tokenizer is not set: the folder of the model's tokenizer"
-                " (GATEWAY_ORPHEUS_TOKENIZER)"
-            )
-        if not config.snac:
-            raise OrpheusUnavailableError(
-                "orpheus.snac is not set: the folder of the SNAC 24 kHz weights"
-                " (hubertsiuzdak/snac_24khz: config.json, pytorch_model.bin)"
-            )
-        try:
-            import torch
-            import transformers  # noqa: F401
+        """The tokenizer, SNAC and the decode worker (blocking)."""
+        import torch
 
-            from gateway.vocoders.snac_stream import import_snac
-
-            import_snac()
-        except ImportError as exc:
-            raise OrpheusUnavailableError(
-                "the orpheus engine needs the `orpheus` extra (snac, transformers):"
-                " pip install 'voice-gateway[orpheus]'"
-            ) from exc
         from gateway.engines.orpheus.decoder import DecodeWorker
-        from gateway.vocoders.snac_stream import SnacStream, SnacStreamDecoder, load_snac_24khz
+        from gateway.vocoders.snac_stream import (
+            SnacStream,
+            SnacStreamDecoder,
+            import_snac,
+            load_snac_24khz,
+        )
 
+        config = self.config
+        import_snac()
         prompts = PromptBuilder.load(Path(config.tokenizer).expanduser())
         folder = Path(config.snac).expanduser()
-        if not (folder / "config.json").is_file() or not (folder / "pytorch_model.bin").is_file():
-            raise OrpheusUnavailableError(
-                f"orpheus.snac: {folder} has no config.json and pytorch_model.bin"
-                " (the SNAC 24 kHz weights, hubertsiuzdak/snac_24khz)"
-            )
-        if config.device == "cuda" and not torch.cuda.is_available():
-            raise OrpheusUnavailableError("orpheus.device is cuda but torch sees no CUDA device")
         device = torch.device(config.device)
         model = load_snac_24khz(folder).to(device)
         decoder = SnacStreamDecoder(model, device, noise=config.noise)
@@ -344,4 +356,4 @@ class OrpheusEngine(Engine):
         return len(self.live)
 
     def queue_depth(self) -> int:
-        return self.worker.active() if self.worker is not None else 0
+        return self.worker.queued() if self.worker is not None else 0
