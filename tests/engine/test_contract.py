@@ -174,6 +174,18 @@ async def read_all(job: SynthesisJob, limit_s: float = 60) -> Reader:
     return reader
 
 
+async def until_moved(read: Callable[[], int], limit_s: float) -> None:
+    """Wait until ``read()`` leaves its first value: the engine started
+    producing (a remote model's first chunk may take longer than a quiet
+    period, and ``until_stable`` would then settle on nothing)."""
+    deadline = time.monotonic() + limit_s
+    first = read()
+    while read() == first:
+        if time.monotonic() > deadline:
+            raise AssertionError("the engine produced nothing")
+        await asyncio.sleep(0.02)
+
+
 async def until_stable(read: Callable[[], int], quiet_s: float, limit_s: float) -> int:
     """Wait until ``read()`` has not changed for ``quiet_s``."""
     deadline = time.monotonic() + limit_s
@@ -264,6 +276,7 @@ async def test_budget_bounds_decoded_unsent_audio(engine: Engine) -> None:
     stream = open_stream(engine, budget=budget)
     readers = [Reader(stream.submit(SegmentRequest(t))) for t in (LONG, SENTENCE)]
     rate = rate_of(engine)
+    await until_moved(lambda: sum(r.samples() for r in readers), 60)
     await until_stable(lambda: sum(r.samples() for r in readers), 1.0, 60)
     largest = max(c.size for r in readers for c in r.chunks) / rate
     decoded = sum(r.job.stats.audio_samples for r in readers) / rate
@@ -286,6 +299,7 @@ async def test_budget_bounds_decoded_unsent_audio(engine: Engine) -> None:
 async def test_an_unread_job_holds_a_bounded_number_of_chunks(engine: Engine) -> None:
     stream = open_stream(engine)
     job = stream.submit(SegmentRequest(LONG))
+    await until_moved(lambda: job.stats.chunks, 60)
     await until_stable(lambda: job.stats.chunks, 1.0, 60)
     assert 1 <= job.stats.chunks <= MAX_UNDELIVERED
     job.cancel()

@@ -221,6 +221,7 @@ class DecodeWorker:
                 stream._settle_room()
                 if stream.joined:
                     leaving.append(stream.key)
+                    stream.joined = False  # it leaves the batch in this tick
                 continue
             kept.append(stream)
             if stream.waiting:
