@@ -205,10 +205,13 @@ def vllm_server(
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every async test in one session-wide loop (see the module docstring)."""
+    """Every async test of this folder in one session-wide loop (see the
+    module docstring); tests collected from elsewhere in the same run keep
+    their own loops."""
     marker = pytest.mark.asyncio(loop_scope="session")
+    here = Path(__file__).resolve().parent
     for item in items:
-        if pytest_asyncio.is_async_test(item):
+        if pytest_asyncio.is_async_test(item) and here in item.path.resolve().parents:
             item.add_marker(marker, append=False)
 
 
