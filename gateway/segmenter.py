@@ -41,6 +41,7 @@ from typing import Final, Literal, get_args
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
+    "EMOTION_TAGS",
     "GRANULARITIES",
     "Candidate",
     "CandidateKind",
@@ -110,6 +111,27 @@ _PHRASE_STARTERS: Final = _word_set(
     "and but or so because which who whom whose where when while although though"
     " since until unless whereas if then that before after"
 )
+
+# Emotion tags of expressive speech models (Orpheus: ``<laugh>``, ...): kept
+# whole, never cut from the words before them.
+EMOTION_TAGS: Final = (
+    "<laugh>",
+    "<chuckle>",
+    "<sigh>",
+    "<cough>",
+    "<sniffle>",
+    "<groan>",
+    "<yawn>",
+    "<gasp>",
+)
+_TAG: Final = re.compile("|".join(re.escape(tag) for tag in EMOTION_TAGS))
+_TAG_MAX: Final = max(len(tag) for tag in EMOTION_TAGS)
+
+
+def _may_be_tag(word: str) -> bool:
+    """``word`` starts with an emotion tag, or with the beginning of one."""
+    return any(tag.startswith(word[: len(tag)]) for tag in EMOTION_TAGS)
+
 
 _CUT: Final = 0
 _NO: Final = 1
@@ -372,7 +394,10 @@ class Segmenter:
 
     @staticmethod
     def _words(body: str, end: int) -> int:
-        return sum(1 for word in body[:end].split() if is_speakable(word))
+        """Spoken words before ``end`` (an emotion tag is not one)."""
+        return sum(
+            1 for word in body[:end].split() if is_speakable(word) and not _TAG.fullmatch(word)
+        )
 
     def _word_kind(self, body: str, i: int) -> CandidateKind | None:
         """``phrase`` or ``word`` for a cut at the whitespace ``body[i]``, or
@@ -393,6 +418,8 @@ class Segmenter:
         if before[-1:].isdigit() and after[:1].isdigit():
             return None  # 3 000, 12 34: possibly one number
         complete = k < len(body)
+        if after[:1] == "<" and (_TAG.match(after) or (not complete and _may_be_tag(after))):
+            return None  # an emotion tag (or what may become one) stays with its words
         if complete and after.lower().lstrip(_OPENERS) in _PHRASE_STARTERS:
             return "phrase"
         return "word"
@@ -540,6 +567,13 @@ class Segmenter:
         i = cap
         while i > 0 and (body[i].isspace() or not _can_cut_at(body, i)):
             i -= 1
+        start = body.rfind("<", max(0, i - _TAG_MAX + 1), i)
+        if start > 0:  # never inside an emotion tag: before it
+            tag = _TAG.match(body, start)
+            if tag is None and not final and any(t.startswith(body[start:]) for t in EMOTION_TAGS):
+                return None  # it may still become one
+            if tag is not None and tag.end() > i:
+                i = start
         if i > 0:
             return i
         # One base character followed by more than ``cap`` marks: cut after.

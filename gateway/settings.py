@@ -24,10 +24,12 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
+
+from gateway.engines.orpheus.tokens import VOICES as ORPHEUS_VOICES
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +105,15 @@ def _check(checks: list[tuple[bool, str]]) -> None:
             raise SettingsError(message)
 
 
-class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``[upstream]``: the ``upstream`` engine's pool of OpenAI-compatible
-    speech servers (``docs/engine.md``, ``docs/deployment.md``)."""
+class PoolSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A replica pool's fields, shared by the engines that speak to a pool of
+    HTTP servers (``[upstream]``, ``[orpheus]``): each section is a subclass,
+    so its fields are these plus its own, and the pool, its probes and its
+    metrics (``gateway/engines/upstream/``) read them alike.  Not a section
+    itself."""
+
+    #: the section's name, for messages (``upstream.urls ...``)
+    SECTION: ClassVar[str] = "upstream"
 
     #: base URLs of the replicas (``http://host:8000``), one model per pool
     urls: list[str] = []
@@ -113,10 +121,6 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     api_key: str = ""
     #: the upstream's model name, sent as ``model`` ("" leaves it out)
     model: str = ""
-    #: the upstream's output rate in Hz; 0: read from a WAV header at start
-    native_rate: int = 0
-    response_format: Literal["pcm", "wav"] = "pcm"
-    stream_format: Literal["audio", "sse"] = "audio"
     #: liveness probe path ("" turns active probes off: passive ejection only)
     health_path: str = "/health"
     #: readiness: the first of these answering 2xx makes a replica ready
@@ -138,6 +142,46 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     queue_timeout_s: float = 5.0
     failure_threshold: int = 3
     cooldown_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        name = self.SECTION
+        _check(
+            [
+                (
+                    not self.health_path or self.health_path.startswith("/"),
+                    f"{name}.health_path must start with / (or be empty)",
+                ),
+                (
+                    all(p.startswith("/") for p in self.ready_paths),
+                    f"{name}.ready_paths must start with /",
+                ),
+                (self.probe_interval_s > 0, f"{name}.probe_interval_s must be > 0"),
+                (self.probe_timeout_s > 0, f"{name}.probe_timeout_s must be > 0"),
+                (self.connect_timeout_s > 0, f"{name}.connect_timeout_s must be > 0"),
+                (self.first_byte_timeout_s > 0, f"{name}.first_byte_timeout_s must be > 0"),
+                (self.read_timeout_s > 0, f"{name}.read_timeout_s must be > 0"),
+                (self.max_per_replica >= 1, f"{name}.max_per_replica must be >= 1"),
+                (self.max_attempts >= 1, f"{name}.max_attempts must be >= 1"),
+                (self.queue_timeout_s >= 0, f"{name}.queue_timeout_s must be >= 0"),
+                (self.failure_threshold >= 1, f"{name}.failure_threshold must be >= 1"),
+                (self.cooldown_s >= 0, f"{name}.cooldown_s must be >= 0"),
+            ]
+        )
+        for url in self.urls:
+            check_url(url, name)
+
+
+class UpstreamSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
+    """``[upstream]``: the ``upstream`` engine's pool of OpenAI-compatible
+    speech servers (``docs/engine.md``, ``docs/deployment.md``); the pool's
+    fields are ``PoolSettings``'."""
+
+    SECTION: ClassVar[str] = "upstream"
+
+    #: the upstream's output rate in Hz; 0: read from a WAV header at start
+    native_rate: int = 0
+    response_format: Literal["pcm", "wav"] = "pcm"
+    stream_format: Literal["audio", "sse"] = "audio"
     #: voices to list when the upstream has no ``GET /v1/audio/voices`` (OpenAI)
     voices: list[str] = []
     #: BCP-47 tags the upstream's voices speak (first: its voices' language)
@@ -153,45 +197,81 @@ class UpstreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     send_sample_rate: bool = False
 
     def __post_init__(self) -> None:
-        checks: list[tuple[bool, str]] = [
-            (
-                self.native_rate == 0 or 8000 <= self.native_rate <= 192_000,
-                "upstream.native_rate must be 0 or 8000 to 192000",
-            ),
-            (
-                not self.health_path or self.health_path.startswith("/"),
-                "upstream.health_path must start with / (or be empty)",
-            ),
-            (
-                all(p.startswith("/") for p in self.ready_paths),
-                "upstream.ready_paths must start with /",
-            ),
-            (self.probe_interval_s > 0, "upstream.probe_interval_s must be > 0"),
-            (self.probe_timeout_s > 0, "upstream.probe_timeout_s must be > 0"),
-            (self.connect_timeout_s > 0, "upstream.connect_timeout_s must be > 0"),
-            (self.first_byte_timeout_s > 0, "upstream.first_byte_timeout_s must be > 0"),
-            (self.read_timeout_s > 0, "upstream.read_timeout_s must be > 0"),
-            (self.max_per_replica >= 1, "upstream.max_per_replica must be >= 1"),
-            (self.max_attempts >= 1, "upstream.max_attempts must be >= 1"),
-            (self.queue_timeout_s >= 0, "upstream.queue_timeout_s must be >= 0"),
-            (self.failure_threshold >= 1, "upstream.failure_threshold must be >= 1"),
-            (self.cooldown_s >= 0, "upstream.cooldown_s must be >= 0"),
-            (bool(self.languages), "upstream.languages must not be empty"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise SettingsError(message)
-        for url in self.urls:
-            check_url(url)
+        super().__post_init__()
+        _check(
+            [
+                (
+                    self.native_rate == 0 or 8000 <= self.native_rate <= 192_000,
+                    "upstream.native_rate must be 0 or 8000 to 192000",
+                ),
+                (bool(self.languages), "upstream.languages must not be empty"),
+            ]
+        )
 
 
-def check_url(url: str) -> None:
-    """An upstream base URL: http(s), a host, no query; the message never
+class OrpheusSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
+    """``[orpheus]``: the ``orpheus`` engine (``docs/engine.md``): a pool of
+    vLLM servers serving an Orpheus model (``PoolSettings``' fields), the
+    local tokenizer and SNAC weights, sampling and the decoder."""
+
+    SECTION: ClassVar[str] = "orpheus"
+
+    #: vLLM answers ``/health`` and ``/v1/models``
+    ready_paths: list[str] = msgspec.field(default_factory=lambda: ["/v1/models"])
+    #: folder of the model's tokenizer (``tokenizer.json`` ...), read by
+    #: ``transformers.AutoTokenizer`` offline: the model folder or a copy
+    tokenizer: str = ""
+    #: folder of the SNAC 24 kHz weights (``config.json``, ``pytorch_model.bin``)
+    snac: str = ""
+    #: where SNAC decodes
+    device: Literal["cpu", "cuda"] = "cpu"
+    #: SNAC's noise blocks: ``keyed`` to the sample position (production) or ``off``
+    noise: Literal["keyed", "off"] = "keyed"
+    #: the model's voices, default first (the prompt is ``"{voice}: {text}"``)
+    voices: list[str] = msgspec.field(default_factory=lambda: list(ORPHEUS_VOICES))
+    #: BCP-47 tag of the voices' language
+    language: str = "en-US"
+    temperature: float = 0.6
+    top_p: float = 0.8
+    repetition_penalty: float = 1.1
+    #: sent as ``seed`` with each request when set (reproducible sampling: tests)
+    seed: int | None = None
+    #: ``max_tokens = max_tokens_base + ceil(chars x seconds_per_char x 7 x 24000 / 2048)``
+    #: (7 tokens per 85.3 ms frame), capped at ``max_tokens_cap``: a runaway
+    #: generation ends instead of speaking on
+    seconds_per_char: float = 0.15
+    max_tokens_base: int = 140
+    max_tokens_cap: int = 8192
+    #: decoded frames a segment may hold that wait for the listener's room
+    #: (bounds memory for a stalled listener; the HTTP read pauses beyond it)
+    max_pending_frames: int = 16
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(
+            [
+                (bool(self.voices), "orpheus.voices must not be empty"),
+                (self.temperature >= 0, "orpheus.temperature must be >= 0"),
+                (0 < self.top_p <= 1, "orpheus.top_p must be in (0, 1]"),
+                (self.repetition_penalty > 0, "orpheus.repetition_penalty must be > 0"),
+                (self.seconds_per_char > 0, "orpheus.seconds_per_char must be > 0"),
+                (self.max_tokens_base >= 7, "orpheus.max_tokens_base must be >= 7"),
+                (
+                    self.max_tokens_cap >= self.max_tokens_base,
+                    "orpheus.max_tokens_cap must be >= max_tokens_base",
+                ),
+                (self.max_pending_frames >= 1, "orpheus.max_pending_frames must be >= 1"),
+            ]
+        )
+
+
+def check_url(url: str, section: str = "upstream") -> None:
+    """A replica's base URL: http(s), a host, no query; the message never
     repeats credentials."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
         raise SettingsError(
-            f"upstream.urls: {redact_url(url)!r} is not an http(s)://host[:port][/path] URL"
+            f"{section}.urls: {redact_url(url)!r} is not an http(s)://host[:port][/path] URL"
         )
 
 
@@ -244,6 +324,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     piper: PiperSettings = msgspec.field(default_factory=PiperSettings)
     #: ``[upstream]``: the ``upstream`` engine's replica pool
     upstream: UpstreamSettings = msgspec.field(default_factory=UpstreamSettings)
+    #: ``[orpheus]``: the ``orpheus`` engine (vLLM pool, tokenizer, SNAC)
+    orpheus: OrpheusSettings = msgspec.field(default_factory=OrpheusSettings)
     # --- sessions -----------------------------------------------------------
     #: ``auto`` segmentation (docs/segmentation.md): words of a steady stream
     #: before the first segment of an utterance may be cut at a word boundary
@@ -343,6 +425,11 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             (
                 self.engine != "upstream" or bool(self.upstream.urls),
                 "engine upstream needs upstream.urls (GATEWAY_UPSTREAM_URLS=http://a:8000,...)",
+            ),
+            (
+                self.engine != "orpheus" or bool(self.orpheus.urls),
+                "engine orpheus needs orpheus.urls, the vLLM servers"
+                " (GATEWAY_ORPHEUS_URLS=http://a:8000,...)",
             ),
         ]
         _check(checks)

@@ -13,7 +13,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.segmenter import GRANULARITIES, Granularity, Segmenter, is_speakable
+from gateway.segmenter import (
+    EMOTION_TAGS,
+    GRANULARITIES,
+    Granularity,
+    Segmenter,
+    is_speakable,
+)
 
 HI, LO = "\ud83d", "\ude00"  # the two UTF-16 halves of U+1F600, as JSON decodes them
 GRIN = "\U0001f600"
@@ -145,6 +151,15 @@ SPLITS: list[tuple[Granularity, str, list[str]]] = [
     ("sentence", f"Hi. {GRIN}! Bye.", [f"Hi. {GRIN}!", "Bye."]),
     ("sentence", "!!! ??? ...", ["!!! ??? ..."]),
     ("clause", "Yes, \u2014 no.", ["Yes, \u2014", "no."]),
+    # emotion tags (Orpheus) stay whole and with the words they follow
+    (
+        "sentence",
+        "That is funny <laugh>. Anyway, go on.",
+        ["That is funny <laugh>.", "Anyway, go on."],
+    ),
+    ("sentence", "Ha. <laugh> Okay then.", ["Ha.", "<laugh> Okay then."]),
+    ("clause", "Well <sigh>, fine. <gasp>Really?", ["Well <sigh>,", "fine.", "<gasp>Really?"]),
+    ("sentence", "abcdefgh<chuckle>ijk", ["abcdefgh<chuckle>ijk"]),
     # whitespace only
     ("auto", "   \n ", []),
     ("auto", "", []),
@@ -270,6 +285,32 @@ def test_candidates_keep_tokens_whole() -> None:
     ]
 
 
+def test_candidates_never_cut_an_emotion_tag_from_its_words() -> None:
+    assert cands("It was so funny <laugh> and we left") == [
+        ("It", "word", 1),
+        # not before the tag: after it (a tag is not a word)
+        ("It was so funny <laugh>", "phrase", 4),
+        ("It was so funny <laugh> and we", "word", 6),
+    ]
+    # a tag still arriving may be one: no cut before it yet
+    assert cands("It was funny <la") == [("It", "word", 1)]
+    assert ("It was funny", "word", 3) in cands("It was funny <laughing hard")  # no tag
+    # text that only looks like the start of a tag cuts as any word
+    assert cands("We said x < b and so")[1:] == [
+        ("We said", "word", 2),
+        ("We said x", "word", 3),
+        ("We said x < b", "phrase", 4),
+    ]
+
+
+@pytest.mark.parametrize("tag", EMOTION_TAGS)
+def test_the_cap_never_cuts_inside_an_emotion_tag(tag: str) -> None:
+    text = "abcdefgh" + tag + "ijk"
+    expected = ["abcdefgh", tag + "ijk"]
+    assert run(text, "sentence", max_chars=12) == expected
+    assert run(list(text), "sentence", max_chars=12) == expected  # one character at a time
+
+
 def test_no_candidates_while_a_sentence_may_be_complete() -> None:
     assert cands("The quick brown fox jumps over the lazy dog.") == []
     assert cands("We met Dr.") == []
@@ -382,6 +423,9 @@ _WORDS = (
 )
 FRAGMENTS = [
     *_WORDS.split(),
+    *EMOTION_TAGS[:3],
+    "<gas",  # with "p>" (or without): a tag assembled from two pieces, or not
+    "p>",
     GRIN,
     "\U0001f44d\U0001f3fd",
     "e\u0301",
@@ -430,6 +474,9 @@ def test_any_chunking_gives_the_same_segments(
         segment.encode("utf-8")  # never half of a surrogate pair
         if i > 0:  # never a combining mark cut from what precedes it
             assert unicodedata.category(segment[0]) not in ("Mn", "Mc", "Me")
+    # every emotion tag of the text is whole in one segment
+    tags = re.compile("|".join(re.escape(t) for t in EMOTION_TAGS))
+    assert sum(len(tags.findall(segment)) for segment in whole) == len(tags.findall(text))
 
 
 def test_is_speakable() -> None:

@@ -27,6 +27,9 @@ ENGINES: dict[str, str] = {
     "piper": "gateway.engines.piper:PiperEngine",
     # a relay to a pool of OpenAI-compatible speech servers (vllm-omni, ...)
     "upstream": "gateway.engines.upstream.engine:UpstreamEngine",
+    # Orpheus TTS served by vLLM (a pool of replicas), SNAC decoded here;
+    # needs the `orpheus` extra
+    "orpheus": "gateway.engines.orpheus.engine:OrpheusEngine",
     # a tone generator with realistic timing: a load-testing tool, never the default
     "synthetic": "gateway.engines.synthetic:SyntheticEngine",
 }

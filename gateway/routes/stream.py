@@ -175,7 +175,6 @@ class Connection:
 
     async def perform(self, actions: list[Action]) -> bool:
         """Send, answer or close, in order; False once the session ends."""
-        session = self.session
         for action in actions:
             match action:
                 case Close(code=code, reason=reason):

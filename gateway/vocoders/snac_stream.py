@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,9 +116,20 @@ class UnsupportedSnacError(ValueError):
     """The model is not the 24 kHz SNAC layout this decoder streams."""
 
 
+def import_snac() -> Any:
+    """The ``snac`` package.  Its ``layers`` module calls ``torch.jit.script``
+    at import, which recent torch reports as deprecated: that one warning is
+    silenced here (it is snac's, and says nothing about this use)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.jit.script", category=DeprecationWarning)
+        import snac
+        import snac.layers
+    return snac
+
+
 def build_snac_24khz(noise: bool = True) -> nn.Module:
     """An (untrained) SNAC with the 24 kHz configuration, passed explicitly."""
-    from snac import SNAC
+    SNAC = import_snac().SNAC
 
     model: nn.Module = SNAC(**{**SNAC_24KHZ_CONFIG, "noise": noise})
     return model.eval()

@@ -6,6 +6,12 @@ A new engine gets these tests by registering; it adds an entry to
 needs settings to start, to ``ENGINE_SETTINGS``.  Engines are real: the
 failure is injected by patching the engine's own model call for one segment,
 never by a fake engine.
+
+An engine that needs a server this suite cannot start (``EXTERNAL_ENGINES``:
+orpheus needs a real vLLM) runs the same tests from its own suite: a test
+module there imports them (``from tests.engine.test_contract import *``) and
+defines its own ``engine`` fixture yielding the started engine, which
+replaces the one below (``tests_vllm/`` does this for orpheus).
 """
 
 from __future__ import annotations
@@ -48,6 +54,10 @@ ENGINE_FIXTURES = {
 }
 #: settings an engine needs to start in the tests (section fields included)
 ENGINE_SETTINGS: dict[str, dict[str, Any]] = {}
+#: engines whose contract runs from another suite, with the server they need
+EXTERNAL_ENGINES: dict[str, str] = {
+    "orpheus": "tests_vllm/ (a real vLLM serving a tiny Orpheus-shaped model)",
+}
 
 
 def _fail_piper(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,17 +104,34 @@ def _fail_upstream(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(UpstreamEngine, "request_body", failing)
 
 
+def _fail_orpheus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The completion request for the marked segment asks for 0 tokens: the
+    real vLLM refuses it (a 400), and only that segment fails."""
+    from gateway.engines.orpheus.engine import OrpheusEngine
+
+    completion_body = OrpheusEngine.completion_body
+
+    def failing(self: OrpheusEngine, prompt: Any, text: str) -> dict[str, object]:
+        body = completion_body(self, prompt, text)
+        if MARKER in text:
+            body["max_tokens"] = 0
+        return body
+
+    monkeypatch.setattr(OrpheusEngine, "completion_body", failing)
+
+
 #: how to make a segment containing ``MARKER`` fail inside each engine
 FAILURE_HOOKS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "piper": _fail_piper,
     "synthetic": _fail_synthetic,
     "upstream": _fail_upstream,
+    "orpheus": _fail_orpheus,
 }
 
 _started: dict[str, Engine] = {}
 
 
-@pytest.fixture(params=sorted(registered_engines()))
+@pytest.fixture(params=sorted(set(registered_engines()) - set(EXTERNAL_ENGINES)))
 def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     name: str = request.param
     fixture = ENGINE_FIXTURES.get(name)
@@ -145,6 +172,18 @@ async def read_all(job: SynthesisJob, limit_s: float = 60) -> Reader:
     reader = Reader(job)
     await asyncio.wait_for(reader.task, limit_s)
     return reader
+
+
+async def until_moved(read: Callable[[], int], limit_s: float) -> None:
+    """Wait until ``read()`` leaves its first value: the engine started
+    producing (a remote model's first chunk may take longer than a quiet
+    period, and ``until_stable`` would then settle on nothing)."""
+    deadline = time.monotonic() + limit_s
+    first = read()
+    while read() == first:
+        if time.monotonic() > deadline:
+            raise AssertionError("the engine produced nothing")
+        await asyncio.sleep(0.02)
 
 
 async def until_stable(read: Callable[[], int], quiet_s: float, limit_s: float) -> int:
@@ -237,6 +276,7 @@ async def test_budget_bounds_decoded_unsent_audio(engine: Engine) -> None:
     stream = open_stream(engine, budget=budget)
     readers = [Reader(stream.submit(SegmentRequest(t))) for t in (LONG, SENTENCE)]
     rate = rate_of(engine)
+    await until_moved(lambda: sum(r.samples() for r in readers), 60)
     await until_stable(lambda: sum(r.samples() for r in readers), 1.0, 60)
     largest = max(c.size for r in readers for c in r.chunks) / rate
     decoded = sum(r.job.stats.audio_samples for r in readers) / rate
@@ -259,6 +299,7 @@ async def test_budget_bounds_decoded_unsent_audio(engine: Engine) -> None:
 async def test_an_unread_job_holds_a_bounded_number_of_chunks(engine: Engine) -> None:
     stream = open_stream(engine)
     job = stream.submit(SegmentRequest(LONG))
+    await until_moved(lambda: job.stats.chunks, 60)
     await until_stable(lambda: job.stats.chunks, 1.0, 60)
     assert 1 <= job.stats.chunks <= MAX_UNDELIVERED
     job.cancel()

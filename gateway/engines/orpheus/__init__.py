@@ -1,3 +1,5 @@
-"""The Orpheus TTS engine's parts (in progress): prompt layout and token-to-SNAC
-code mapping (pure); the streaming SNAC decoder is ``gateway.vocoders.snac_stream``.
-The vLLM client and the engine itself are not built yet (see docs/engine.md)."""
+"""The Orpheus TTS engine (``engine = "orpheus"``): prompts (``prompt``),
+vLLM's streamed completions (``completions``, ``client``), token-to-SNAC
+code mapping (``tokens``, ``codes``), the batched decode worker (``decoder``)
+and the engine (``engine``); the streaming SNAC decoder is
+``gateway.vocoders.snac_stream``.  See docs/engine.md."""

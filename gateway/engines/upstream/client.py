@@ -37,7 +37,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -46,7 +46,8 @@ import numpy.typing as npt
 
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import SynthesisError
-from gateway.engines.upstream.pool import Outcome, Pool, PoolPolicy, classify_status
+from gateway.engines.upstream.pool import Outcome, classify_status
+from gateway.engines.upstream.replicas import ReplicaClient
 from gateway.engines.upstream.wire import (
     Format,
     ResponseDecoder,
@@ -54,14 +55,12 @@ from gateway.engines.upstream.wire import (
     UpstreamFailure,
     WireError,
 )
-from gateway.settings import UpstreamSettings, redact_url
+from gateway.settings import UpstreamSettings
 
 log = logging.getLogger(__name__)
 
 #: bytes of an error body read for its message
 _ERROR_BODY_BYTES = 4096
-#: time-to-first-byte histogram buckets (seconds)
-TTFB_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 
 
 class PartialAudioError(SynthesisError):
@@ -79,21 +78,6 @@ class Sink(Protocol):
 
 
 @dataclass
-class Histogram:
-    buckets: tuple[float, ...] = TTFB_BUCKETS
-    counts: list[int] = field(default_factory=lambda: [0] * len(TTFB_BUCKETS))
-    total: float = 0.0
-    count: int = 0
-
-    def observe(self, value: float) -> None:
-        self.count += 1
-        self.total += value
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-
-
-@dataclass
 class Attempt:
     """How one request to one replica went."""
 
@@ -104,8 +88,11 @@ class Attempt:
     stopped: bool = False  #: the sink asked to stop (cancel)
 
 
-class UpstreamClient:
-    """The pool, its HTTP client and the per-replica figures."""
+class UpstreamClient(ReplicaClient):
+    """The pool of speech servers (``replicas.ReplicaClient``) and the
+    segment relay."""
+
+    settings: UpstreamSettings
 
     def __init__(
         self,
@@ -113,49 +100,7 @@ class UpstreamClient:
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.settings = settings
-        self.clock = clock
-        self.bases = [url.rstrip("/") for url in settings.urls]
-        policy = PoolPolicy(
-            failure_threshold=settings.failure_threshold,
-            cooldown_s=settings.cooldown_s,
-            max_per_replica=settings.max_per_replica,
-            probing=bool(settings.health_path or settings.ready_paths),
-        )
-        self.pool = Pool([redact_url(u) for u in settings.urls], policy)
-        self.ttfb = [Histogram() for _ in self.bases]
-        #: voices each replica listed (None: unknown), from the readiness probe
-        self.replica_voices: list[frozenset[str] | None] = [None] * len(self.bases)
-        #: bumped when an upload or deletion changes what a replica holds: a
-        #: listing fetched before the change is stale and not recorded
-        self.voice_epoch = [0] * len(self.bases)
-        # identity: the audio body is decoded from the raw bytes as they come
-        headers = {"Accept-Encoding": "identity"}
-        if settings.api_key:
-            headers["Authorization"] = f"Bearer {settings.api_key}"
-        self.http = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(
-                connect=settings.connect_timeout_s,
-                read=settings.read_timeout_s,
-                write=settings.read_timeout_s,
-                pool=settings.queue_timeout_s or None,
-            ),
-            limits=httpx.Limits(
-                max_connections=len(self.bases) * (settings.max_per_replica + 2),
-                max_keepalive_connections=len(self.bases) * settings.max_per_replica,
-                # under uvicorn's 5 s keep-alive (vllm-omni and this gateway
-                # serve with it), so an idle connection is dropped here first
-                keepalive_expiry=4.0,
-            ),
-            transport=transport,
-            follow_redirects=False,
-            trust_env=False,
-        )
-        self._room = asyncio.Condition()
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
+        super().__init__(settings, clock, transport)
 
     # --- choosing a replica --------------------------------------------------------------
 
@@ -167,28 +112,6 @@ class UpstreamClient:
             for i, held in enumerate(self.replica_voices)
             if held is not None and held and wanted not in held
         )
-
-    async def _choose(self, tried: frozenset[int]) -> int | None:
-        """A replica for the next attempt, waiting (``queue_timeout_s``) while
-        every routable one is at its cap; None if there is none."""
-        deadline = self.clock() + self.settings.queue_timeout_s
-        async with self._room:
-            while True:
-                index = self.pool.pick(self.clock(), tried)
-                if index is not None:
-                    self.pool.acquire(index)
-                    return index
-                left = deadline - self.clock()
-                if not self.pool.waiting_for_room(self.clock(), tried) or left <= 0:
-                    return None
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await self._room.wait()
-
-    async def _release(self, index: int) -> None:
-        self.pool.release(index)
-        async with self._room:
-            self._room.notify_all()
 
     # --- one segment -----------------------------------------------------------------------
 

@@ -17,12 +17,12 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
-from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.pool import ReplicaState
+from gateway.engines.upstream.replicas import ReplicaClient
 
 
 class PoolCollector:
-    def __init__(self, client: UpstreamClient) -> None:
+    def __init__(self, client: ReplicaClient) -> None:
         self.client = client
 
     def describe(self) -> list[Any]:

@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.pool import ReplicaState
+from gateway.engines.upstream.replicas import ReplicaClient
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def parse_listing(content: bytes) -> Any:
 
 
 class Prober:
-    def __init__(self, client: UpstreamClient) -> None:
+    def __init__(self, client: ReplicaClient) -> None:
         self.client = client
         self.settings = client.settings
         #: the voice listings each replica answered (None: not a listing)
