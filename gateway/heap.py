@@ -1,4 +1,5 @@
-"""Giving the heap's free memory back to the system once the engine is idle.
+"""The C heap: malloc's parameters at start, and its free memory given back
+to the system once the engine is idle.
 
 What this module is for: under load the engine's threads (decode, acoustic,
 the torch and onnxruntime pools) allocate and free tens of MiB of
@@ -13,6 +14,27 @@ after warm-up).  Measured there: one trim under load took RSS from 1,010 to
 732 MiB; 3 s after the soak's last utterance RSS was 655 MiB, where
 without the trim (an earlier commit) it stayed at its level under load,
 982 MiB.
+
+Trimming under load is not the answer (see below); what kept RSS from
+creeping up is ``tune_malloc``, called once at start: with glibc's defaults
+every thread that allocates gets an arena of its own (up to 8 per core) and
+the mmap threshold rises with every large block freed (to 32 MiB, the trim
+threshold with it to 64 MiB), so the blocks the decode and acoustic threads
+free land in per-thread arenas in pieces that later requests of other sizes
+only partly reuse.  In the 500-utterance soak (``bench/soak.py``, 4 sessions
+at 48 kHz, the vocoder's weights prepacked) the median RSS rose by 87 MiB
+from the first tenth of the utterances after warm-up to the last with
+glibc's defaults, and by 2.5 MiB with ``MALLOC_TUNING``: blocks of 4 MiB
+and more mapped on their own (1 MiB cost 45% more CPU in the streamed
+decode, from page faults; 4 MiB costs nothing measurable), the trim
+threshold fixed where glibc's dynamic one would have gone, and two arenas
+shared by all threads (no CPU cost measured).
+Figures: ``docs/operations.md`` (Memory).  The parameters are set with
+``mallopt`` before anything starts a thread (``gateway/__main__.py``: the
+arena limit is read when the second arena is made, and importing numpy
+starts one); a parameter given in the environment (``MALLOC_ARENA_MAX``,
+``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``, ``GLIBC_TUNABLES``)
+is left as given.
 
 What it must not do: trim under load (the pages it returns would be faulted
 straight back in, and it holds each arena's lock while it walks it), run on
