@@ -7,8 +7,12 @@ import platform
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from gateway.heap import trim_heap, trim_when_idle
+from tests.helpers import serve_process
 
 FRAGMENT = """
 import sys
@@ -192,3 +196,20 @@ def test_malloc_settings_from_the_environment_are_left_alone() -> None:
     tunables = allocator("tune", GLIBC_TUNABLES="glibc.malloc.mmap_threshold=33554432")
     assert tunables["tuned"] == {"trim_threshold": 64 << 20, "arena_max": 2}
     assert tunables["mapped_8mib"] == 0  # the operator's 32 MiB threshold holds
+
+
+def test_the_server_tunes_malloc_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m gateway serve`` applies ``tune_malloc`` (and says so in
+    its log); a parameter from the environment is left to the environment."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with serve_process(tmp_path / "a", engine="synthetic") as server:
+        tuned = server.output()
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    with serve_process(tmp_path / "b", engine="synthetic") as server:
+        partly = server.output()
+    if not GLIBC:
+        assert "malloc: as configured" in tuned
+        return
+    assert "malloc: mmap_threshold=4194304, trim_threshold=67108864, arena_max=2" in tuned
+    assert "malloc: mmap_threshold=4194304, trim_threshold=67108864\n" in partly
