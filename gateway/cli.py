@@ -41,6 +41,11 @@ def uvicorn_options(settings: object) -> dict[str, object]:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from gateway.heap import tune_malloc
+
+    # done already when started as ``python -m gateway serve`` (gateway/__main__.py)
+    tuned = tune_malloc()
+
     from gateway.app import create_app
     from gateway.logs import configure_logging
 
@@ -50,6 +55,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.accepted_keys)
+    log.info("malloc: %s", ", ".join(f"{k}={v}" for k, v in tuned.items()) or "as configured")
     for warning in startup_warnings(settings):
         log.warning("%s", warning)
     try:

@@ -206,6 +206,45 @@ def test_decode_state_is_per_utterance(joe: LoadedVoice) -> None:
         assert snr_db(vocoder.decode(latent), np.concatenate(out[id(latent)])) >= 60
 
 
+def _stream_convs(stream: stateful.DecoderStream) -> list[stateful._Conv | stateful._ConvTranspose]:
+    convs: list[stateful._Conv | stateful._ConvTranspose] = [stream.conv_pre, stream.conv_post]
+    for stage in stream.stages:
+        convs.append(stage.up)
+        for block in stage.mean.blocks:
+            for step in block.steps:
+                convs.extend(step.convs)
+    return convs
+
+
+def test_prepacked_weights_give_the_plain_layout_s_result(joe: LoadedVoice) -> None:
+    """Every streamed layer's weights are packed once for oneDNN (no reorder
+    per call), and a packed convolution returns exactly what the plain
+    channels-last weights give, at every input length the stream meets
+    (one frame's worth to a long piece).  A torch without oneDNN (none of
+    the CPU wheels) keeps plain weights."""
+    assert joe.vocoder is not None
+    stream = stateful.DecoderStream(joe.vocoder.model)
+    convs = _stream_convs(stream)
+    assert convs and all(conv.weight.is_mkldnn == stateful._MKLDNN for conv in convs)
+    if not stateful._MKLDNN:
+        return
+    rng = np.random.default_rng(3)
+    checked = 0
+    for conv in convs:
+        dilation = getattr(conv, "dilation", 1)
+        span = dilation * (conv.weight.shape[3] - 1)
+        plain = conv.weight.to_dense().contiguous(memory_format=torch.channels_last)
+        assert not plain.is_mkldnn
+        for length in (span + 1, span + 37, span + 2048):
+            x = torch.from_numpy(rng.standard_normal((length, conv.weight.shape[1]), np.float32))
+            packed_out = stateful._conv(x, conv.weight, conv.bias, dilation)
+            plain_out = stateful._conv(x, plain, conv.bias, dilation)
+            assert packed_out.shape == (length - span, conv.weight.shape[0])
+            assert torch.equal(packed_out, plain_out)
+            checked += 1
+    assert checked == 3 * len(convs)
+
+
 @pytest.mark.parametrize("first", [1, 26, 64, 10_000])
 def test_windowed_flow_equals_whole(joe: LoadedVoice, first: int) -> None:
     ids = joe.phonemizer.phonemes_to_ids(joe.phonemize(MEDIUM))
