@@ -32,8 +32,6 @@ Errors never carry a replica's URL with credentials or a traceback.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,12 +49,9 @@ from gateway.engines.orpheus.completions import (
 )
 from gateway.engines.upstream.client import PartialAudioError
 from gateway.engines.upstream.pool import Outcome, classify_status
-from gateway.engines.upstream.replicas import ReplicaClient
+from gateway.engines.upstream.replicas import ReplicaClient, read_error
 
 log = logging.getLogger(__name__)
-
-#: bytes of an error body read for its message
-_ERROR_BODY_BYTES = 4096
 
 
 class TokenSink(Protocol):
@@ -184,21 +179,6 @@ def _failed(result: Generation, kind: str, message: str) -> Generation:
 
 async def _refused(response: httpx.Response) -> Generation:
     """An HTTP error status: its outcome, and vLLM's message."""
-    data = b""
-    with contextlib.suppress(httpx.HTTPError):
-        async for piece in response.aiter_bytes():
-            data += piece
-            if len(data) >= _ERROR_BODY_BYTES:
-                break
-    message = f"HTTP {response.status_code}"
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        doc = json.loads(data[:_ERROR_BODY_BYTES])
-        text: object = None
-        if isinstance(doc, dict):
-            error = doc.get("error")
-            text = error.get("message") if isinstance(error, dict) else error
-            text = text or doc.get("message")
-        if isinstance(text, str) and text:
-            message += f": {text[:300]}"
+    message = await read_error(response)
     outcome = classify_status(response.status_code)
     return Generation(outcome, f"http_{response.status_code}", message)

@@ -32,8 +32,6 @@ traceback: ``pool.Replica.name`` is the redacted URL.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -47,7 +45,7 @@ import numpy.typing as npt
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import SynthesisError
 from gateway.engines.upstream.pool import Outcome, classify_status
-from gateway.engines.upstream.replicas import ReplicaClient
+from gateway.engines.upstream.replicas import ReplicaClient, read_error
 from gateway.engines.upstream.wire import (
     Format,
     ResponseDecoder,
@@ -58,9 +56,6 @@ from gateway.engines.upstream.wire import (
 from gateway.settings import UpstreamSettings
 
 log = logging.getLogger(__name__)
-
-#: bytes of an error body read for its message
-_ERROR_BODY_BYTES = 4096
 
 
 class PartialAudioError(SynthesisError):
@@ -259,17 +254,4 @@ def _declared_rate(response: httpx.Response) -> int:
 async def _refused(response: httpx.Response) -> Attempt:
     """An HTTP error status: its outcome, and the upstream's message."""
     outcome = classify_status(response.status_code)
-    data = b""
-    with contextlib.suppress(httpx.HTTPError):
-        async for piece in response.aiter_bytes():
-            data += piece
-            if len(data) >= _ERROR_BODY_BYTES:
-                break
-    message = f"HTTP {response.status_code}"
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        doc = json.loads(data[:_ERROR_BODY_BYTES])
-        error = doc.get("error") if isinstance(doc, dict) else None
-        text = error.get("message") if isinstance(error, dict) else error
-        if isinstance(text, str) and text:
-            message += f": {text[:300]}"
-    return Attempt(outcome, f"http_{response.status_code}", message)
+    return Attempt(outcome, f"http_{response.status_code}", await read_error(response))

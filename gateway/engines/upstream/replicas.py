@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,41 @@ import httpx
 
 from gateway.engines.upstream.pool import Pool, PoolPolicy
 from gateway.settings import PoolSettings, redact_url
+
+#: how much of an error response is read for its message
+ERROR_BODY_BYTES = 4096
+
+
+def error_message(status: int, body: bytes) -> str:
+    """A refusal's message from its status and the start of its body:
+    ``HTTP 400: ...`` with OpenAI's and vLLM's ``error.message``, vllm-omni's
+    ``error`` string or a top-level ``message``, cut to 300 characters; just
+    ``HTTP 400`` when the body says nothing readable."""
+    message = f"HTTP {status}"
+    try:
+        doc = json.loads(body[:ERROR_BODY_BYTES])
+    except (ValueError, UnicodeDecodeError):
+        return message
+    text: object = None
+    if isinstance(doc, dict):
+        error = doc.get("error")
+        text = (error.get("message") if isinstance(error, dict) else error) or doc.get("message")
+    if isinstance(text, str) and text:
+        message += f": {text[:300]}"
+    return message
+
+
+async def read_error(response: httpx.Response) -> str:
+    """``error_message`` of a streamed response, reading at most
+    ``ERROR_BODY_BYTES`` of its body (a broken one gives just the status)."""
+    data = b""
+    with contextlib.suppress(httpx.HTTPError):
+        async for piece in response.aiter_bytes():
+            data += piece
+            if len(data) >= ERROR_BODY_BYTES:
+                break
+    return error_message(response.status_code, data)
+
 
 #: time-to-first-byte histogram buckets (seconds)
 TTFB_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -56,6 +55,7 @@ import httpx
 from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.pool import Outcome, ReplicaState, classify_status
 from gateway.engines.upstream.probe import held_voices, parse_listing
+from gateway.engines.upstream.replicas import error_message
 from gateway.errors import ErrorCode, GatewayError
 
 if TYPE_CHECKING:
@@ -65,8 +65,6 @@ log = logging.getLogger(__name__)
 
 #: deletions remembered per replica for one that was unreachable
 MAX_TOMBSTONES = 1024
-#: bytes of a refusal's body read for its message
-_ERROR_BODY_BYTES = 4096
 
 
 class Copy(enum.Enum):
@@ -306,15 +304,5 @@ class VoiceCopies:
 
 
 def _message(response: httpx.Response) -> str:
-    """A refusal's message: OpenAI's ``error.message``, vllm-omni's
-    ``error`` string, else the status."""
-    text = f"HTTP {response.status_code}"
-    try:
-        doc = json.loads(response.content[:_ERROR_BODY_BYTES])
-    except ValueError:
-        return text
-    error = doc.get("error") if isinstance(doc, dict) else None
-    detail = error.get("message") if isinstance(error, dict) else error
-    if isinstance(detail, str) and detail:
-        text += f": {detail[:300]}"
-    return text
+    """A refusal's message (``replicas.error_message``)."""
+    return error_message(response.status_code, response.content)
