@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +41,7 @@ import httpx
 
 from gateway.engines.base import SynthesisError
 from gateway.engines.orpheus.completions import (
+    CompletionEvent,
     CompletionStream,
     CompletionWireError,
     Finished,
@@ -102,7 +103,9 @@ class CompletionsClient(ReplicaClient):
                     f" segment: {result.message}"
                 )
             if result.outcome is Outcome.CLIENT_ERROR:
-                raise SynthesisError(f"the model server refused the segment: {result.message}")
+                raise SynthesisError(
+                    f"the model server refused the segment: {result.message}", refused=True
+                )
             log.info("vLLM %s: %s; trying another replica", name, result.message)
             last = result.message
         raise SynthesisError(f"no model server could speak the segment: {last}")
@@ -120,24 +123,11 @@ class CompletionsClient(ReplicaClient):
                 try:
                     if not 200 <= response.status_code < 300:
                         return await _refused(response)
-                    async for piece in response.aiter_raw():
-                        for event in stream.push(piece):
-                            if isinstance(event, Tokens):
-                                if result.tokens == 0:
-                                    first_token.reschedule(None)  # tokens flow: no deadline
-                                    self.ttfb[index].observe(self.clock() - sent)
-                                result.tokens += len(event.ids)
-                                if not await sink.push(event.ids):
-                                    result.stopped = True
-                                    return result
-                            elif isinstance(event, Finished):
-                                result.finish_reason = event.reason
-                            elif isinstance(event, StreamFailure):
-                                failure = event.message
-                        if failure is not None or stream.done:
-                            break
-                    for event in stream.finish():
+                    async for event in _events(response, stream):
                         if isinstance(event, Tokens):
+                            if result.tokens == 0:
+                                first_token.reschedule(None)  # tokens flow: no deadline
+                                self.ttfb[index].observe(self.clock() - sent)
                             result.tokens += len(event.ids)
                             if not await sink.push(event.ids):
                                 result.stopped = True
@@ -175,6 +165,22 @@ def _failed(result: Generation, kind: str, message: str) -> Generation:
     result.kind = kind
     result.message = message
     return result
+
+
+async def _events(
+    response: httpx.Response, stream: CompletionStream
+) -> AsyncIterator[CompletionEvent]:
+    """The events of a completion's body as it arrives: up to the end of the
+    piece where the stream ended or failed, then what its end releases."""
+    failed = False
+    async for piece in response.aiter_raw():
+        for event in stream.push(piece):
+            failed = failed or isinstance(event, StreamFailure)
+            yield event
+        if failed or stream.done:
+            break
+    for event in stream.finish():
+        yield event
 
 
 async def _refused(response: httpx.Response) -> Generation:
