@@ -672,15 +672,17 @@ def run(args: argparse.Namespace) -> int:
     # server logs stay out of the results folder (which is committed)
     log_dir = Path(tempfile.gettempdir()) / "gateway-bench-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    # the code measured: git HEAD and a dirty flag from a checkout, "unknown"
+    # from an installed wheel (gateway/bench/provenance.py); read before the
+    # results file is opened, which would make a committed one look changed
+    source = source_revision()
     sink = Sink(out)
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
     sink.write(
         {
             "kind": "run",
             "machine": machine_info(),
-            # the code measured: git HEAD and a dirty flag from a checkout,
-            # "unknown" from an installed wheel (gateway/bench/provenance.py)
-            "source": source_revision(),
+            "source": source,
             "settings": settings,
         }
     )
