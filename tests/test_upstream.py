@@ -389,6 +389,11 @@ async def test_readyz_follows_the_probes(replicas: list[ServeProcess]) -> None:
 
 async def test_cancel_closes_the_upstream_request(replicas: list[ServeProcess]) -> None:
     with proxies(replicas[0]) as (watched,), front([watched.url], **PASSIVE) as gw:
+        # the replica's response stops after about 0.6 s of audio and stays
+        # open, so it is surely still streaming when the cancel comes (a fast
+        # replica could otherwise have sent it all, leaving an idle keep-alive
+        # connection that a cancel has no reason to close)
+        watched.faults = Faults(stall_after=30_000)
         async with await open_ws(gw.ws_url) as ws:
             await ws.recv()
             await send(ws, type="session.config", split_granularity="sentence", **STREAM)
