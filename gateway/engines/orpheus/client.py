@@ -87,12 +87,7 @@ class CompletionsClient(ReplicaClient):
             if index is None:
                 break
             tried |= {index}
-            try:
-                result = await self._attempt(index, body, sink)
-            finally:
-                # shielded: a cancelled task still gives its slot back
-                await asyncio.shield(self._release(index))
-            self.pool.report(index, result.outcome, self.clock(), result.kind)
+            result = await self._attempted(index, self._attempt(index, body, sink))
             if result.outcome is Outcome.OK or result.stopped:
                 return result
             name = self.pool.replicas[index].name

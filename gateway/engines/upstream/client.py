@@ -123,12 +123,7 @@ class UpstreamClient(ReplicaClient):
             if index is None:
                 break
             tried |= {index}
-            try:
-                attempt = await self._attempt(index, body, rate, sink)
-            finally:
-                # shielded: a cancelled task still gives its slot back
-                await asyncio.shield(self._release(index))
-            self.pool.report(index, attempt.outcome, self.clock(), attempt.kind)
+            attempt = await self._attempted(index, self._attempt(index, body, rate, sink))
             if attempt.outcome is Outcome.OK or attempt.stopped:
                 return
             name = self.pool.replicas[index].name

@@ -22,13 +22,24 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import httpx
 
-from gateway.engines.upstream.pool import Pool, PoolPolicy
+from gateway.engines.upstream.pool import Outcome, Pool, PoolPolicy
 from gateway.settings import PoolSettings, redact_url
+
+
+class _Outcome(Protocol):
+    @property
+    def outcome(self) -> Outcome: ...
+    @property
+    def kind(self) -> str: ...
+
+
+_Result = TypeVar("_Result", bound=_Outcome)
 
 #: how much of an error response is read for its message
 ERROR_BODY_BYTES = 4096
@@ -153,6 +164,18 @@ class ReplicaClient:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(left):
                         await self._room.wait()
+
+    async def _attempted(self, index: int, attempt: Awaitable[_Result]) -> _Result:
+        """Await one attempt on replica ``index`` (chosen by ``_choose``): its
+        slot is given back even when the task is cancelled, and its outcome
+        is reported to the pool."""
+        try:
+            result = await attempt
+        finally:
+            # shielded: a cancelled task still gives its slot back
+            await asyncio.shield(self._release(index))
+        self.pool.report(index, result.outcome, self.clock(), result.kind)
+        return result
 
     async def _release(self, index: int) -> None:
         self.pool.release(index)
