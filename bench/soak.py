@@ -154,7 +154,7 @@ async def soak(url: str, pid: int, args: argparse.Namespace, out: Any) -> dict[s
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    # the server trims its heap about a second after its last job (gateway/heap.py)
+    # the server trims its heap about a second after its last job (gateway/ops/heap.py)
     await asyncio.sleep(3.0)
     idle_after = rss_mib(pid)
 

@@ -3,7 +3,7 @@
 Engines are created and warmed in the lifespan and shared through
 ``app.state.gateway`` (never loaded at import time).  ``/readyz`` turns ready
 only after warm-up.  The lifespan also returns the heap's free memory to the
-system after warm-up and whenever the engine goes idle (``heap.py``).
+system after warm-up and whenever the engine goes idle (``ops/heap.py``).
 """
 
 from __future__ import annotations
@@ -24,19 +24,19 @@ from starlette.types import Receive, Scope, Send
 from gateway import __version__
 from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
-from gateway.heap import trim_heap, trim_when_idle
-from gateway.http_limits import ApiGuard
-from gateway.http_outbound import remember_http_cycle
-from gateway.logs import quiet_client_mistakes
-from gateway.metrics import Metrics, watch_loop_lag
-from gateway.outbound import TransportMiddleware
-from gateway.resources import WEB_DIR
-from gateway.routes.speech import log_format_support, speech_routes
-from gateway.routes.stream import stream_endpoint
-from gateway.routes.voices import voice_routes
-from gateway.server_state import GatewayState
+from gateway.http.guard import ApiGuard
+from gateway.http.outbound import remember_http_cycle
+from gateway.http.speech import log_format_support, speech_routes
+from gateway.http.voices import voice_routes
+from gateway.ops.heap import trim_heap, trim_when_idle
+from gateway.ops.logs import quiet_client_mistakes
+from gateway.ops.metrics import Metrics, watch_loop_lag
+from gateway.ops.resources import WEB_DIR
 from gateway.settings import Settings
-from gateway.voice_store import VoiceStore
+from gateway.state import GatewayState
+from gateway.voices.store import VoiceStore
+from gateway.ws.endpoint import stream_endpoint
+from gateway.ws.outbound import TransportMiddleware
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class GatewayApp(Starlette):
     """The Starlette app, remembering uvicorn's HTTP request cycle in the
     scope before Starlette's own outermost middleware wraps ``send``: the
     HTTP stall timeout aborts a stalled transport through it
-    (``gateway.http_outbound``)."""
+    (``gateway.http.outbound``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         remember_http_cycle(scope, send)
@@ -125,10 +125,10 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
         *speech_routes(),
         *voice_routes(),
     ]
-    # the demo page ships inside the package (gateway/resources.py): serve it
+    # the demo page ships inside the package (gateway/ops/resources.py): serve it
     # unconditionally, so a packaging mistake fails at start, not as a 404
     routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"))
-    # the stall timeout reaches uvicorn's transport through this (outbound.py);
+    # the stall timeout reaches uvicorn's transport through this (ws/outbound.py);
     # it must stay outermost.  ApiGuard: Host, Origin, per-client HTTP limits.
     middleware = [Middleware(TransportMiddleware), Middleware(ApiGuard, state=state)]
     app = GatewayApp(routes=routes, lifespan=lifespan, middleware=middleware)

@@ -11,9 +11,9 @@ from types import FrameType
 
 import uvicorn
 
-from gateway.routes.security import startup_warnings
-from gateway.server_state import GatewayState
+from gateway.http.security import startup_warnings
 from gateway.settings import SettingsError, load_settings
+from gateway.state import GatewayState
 
 log = logging.getLogger("gateway")
 
@@ -41,13 +41,13 @@ def uvicorn_options(settings: object) -> dict[str, object]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gateway.heap import tune_malloc
+    from gateway.ops.heap import tune_malloc
 
     # done already when started as ``python -m gateway serve`` (gateway/__main__.py)
     tuned = tune_malloc()
 
     from gateway.app import create_app
-    from gateway.logs import configure_logging
+    from gateway.ops.logs import configure_logging
 
     try:
         settings = load_settings(args.config, overrides={"host": args.host, "port": args.port})

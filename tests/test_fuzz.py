@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed
 from gateway import protocol
 from gateway.engines.base import Engine
 from gateway.errors import ErrorCode
-from gateway.routes.stream import Connection
+from gateway.ws.endpoint import Connection
 from tests import conftest
 from tests.conftest import RunningServer, run_server
 from tests.helpers import Transcript, open_ws, recv_until, send

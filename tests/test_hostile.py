@@ -25,10 +25,10 @@ import pytest
 import soundfile as sf
 from websockets.exceptions import ConnectionClosed
 
-import gateway.routes.speech as speech_route
+import gateway.http.speech as speech_route
 from gateway.audio.containers import ContainerEncoder
 from gateway.engines.base import Engine, VoiceInfo
-from gateway.routes.security import HostPolicy, startup_warnings
+from gateway.http.security import HostPolicy, startup_warnings
 from gateway.settings import load_settings
 from tests.conftest import RunningServer
 from tests.helpers import FailOnMarkerEngine, open_ws, send
@@ -543,8 +543,8 @@ async def test_stall_close_read_by_the_client_logs_nothing(
 ) -> None:
     """#12: a client that reads the 4008 close after its stall: the deferred
     abort must not fail on the closed transport."""
-    from gateway.outbound import STALL_CLOSE_TIMEOUT_S
-    from tests.test_backpressure import _only_connection, _start_raw
+    from gateway.ws.outbound import STALL_CLOSE_TIMEOUT_S
+    from tests.flow.test_backpressure import _only_connection, _start_raw
 
     server = server_factory(stall_timeout_s=1.0)
     client = await _start_raw(server)
@@ -613,7 +613,7 @@ def _form(*parts: bytes) -> bytes:
 def test_parse_form_limits() -> None:
     """#1: the limits hold inside the parser, whatever the body."""
     from gateway.errors import GatewayError
-    from gateway.forms import parse_form
+    from gateway.voices.forms import parse_form
 
     ct = "multipart/form-data; boundary=XyZ"
     limits = {"max_parts": 4, "max_field_bytes": 10, "max_file_bytes": 100}
@@ -664,6 +664,6 @@ def test_parse_form_limits() -> None:
     ],
 )
 def test_host_name(header: str, name: str) -> None:
-    from gateway.routes.security import host_name
+    from gateway.http.security import host_name
 
     assert host_name(header) == name

@@ -1,6 +1,6 @@
 """The built wheel carries every file the server reads at run time.
 
-The list is the code's own (``gateway.resources.RUNTIME_PATHS``), not a copy:
+The list is the code's own (``gateway.ops.resources.RUNTIME_PATHS``), not a copy:
 a new run-time file named there and left out of the package data fails here.
 The wheel is built from a copy of exactly what a wheel build sees
 (``pyproject.toml``, ``README.md``, ``gateway/``), without build isolation so
@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway import resources
+from gateway.ops import resources
 from tests.helpers import ROOT, serve_process
 
 
@@ -65,7 +65,7 @@ def test_runtime_paths_are_inside_the_package() -> None:
 
 
 def test_no_module_locates_files_by_itself() -> None:
-    """Only gateway/resources.py may turn the package location into file
+    """Only gateway/ops/resources.py may turn the package location into file
     paths: any other ``__file__`` use is a run-time file the wheel test
     cannot see."""
     offenders = [

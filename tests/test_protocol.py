@@ -19,7 +19,7 @@ import pytest
 from gateway import protocol
 from gateway.engines.base import VoiceInfo
 from gateway.errors import CloseCode, ErrorCode, GatewayError
-from gateway.session_config import apply_config, default_config
+from gateway.session.config import apply_config, default_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")

@@ -20,8 +20,8 @@ import httpx
 import numpy as np
 import pytest
 
+from gateway.engines.pool.routing import ReplicaState
 from gateway.engines.upstream.engine import UpstreamEngine
-from gateway.engines.upstream.pool import ReplicaState
 from tests.conftest import RunningServer, run_server
 from tests.conftest import test_settings as settings_for
 from tests.faultproxy import FaultProxy, Faults

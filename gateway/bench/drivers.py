@@ -40,7 +40,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from gateway.bench.measure import Piece, playout, sentence_ready_times, tokenize
 from gateway.client import AudioFrame, Client, Disconnected, frame_ms
 from gateway.protocol import AudioCancelled, AudioStart, Error, SessionConfig, SessionDone
-from gateway.segmenter import Segmenter, end_kind
+from gateway.text.segmenter import Segmenter, end_kind
 
 Scenario = Literal["flush", "llm", "barge-in", "capacity"]
 

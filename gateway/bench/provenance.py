@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from gateway.resources import PACKAGE_DIR
+from gateway.ops.resources import PACKAGE_DIR
 
 UNKNOWN = "unknown"
 _GIT_TIMEOUT_S = 10.0

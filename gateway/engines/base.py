@@ -57,7 +57,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
-    from gateway.voice_store import StoredVoice, VoiceStore
+    from gateway.voices.store import StoredVoice, VoiceStore
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class Budget(Protocol):
 
 #: the ``StreamRequest.options`` an engine declaring ``cloning`` receives when
 #: a client sends them (vllm-omni's voice-clone fields, checked by
-#: ``gateway.validation.check_vllm_fields``)
+#: ``gateway.session.validation.check_vllm_fields``)
 CLONING_OPTIONS = ("task_type", "ref_audio", "ref_text", "x_vector_only_mode")
 
 

@@ -8,14 +8,14 @@ Everything that bounds how much a client may make the server hold or do:
   (``max_buffered_ms``), shared by its engine jobs;
 * ``stall``: ``StallGuard``, the stall close policy (a send that waits
   ``stall_timeout_s`` for the client to read closes the connection with
-  4008); the transport-specific close itself is in ``gateway.outbound``
-  (WebSocket) and ``gateway.http_outbound`` (HTTP responses);
+  4008); the transport-specific close itself is in ``gateway.ws.outbound``
+  (WebSocket) and ``gateway.http.outbound`` (HTTP responses);
 * ``admission``: ``Admission``, how many utterances (WebSocket) or responses
   (HTTP) synthesize at once across the server, and how many one session may
   hold (``max_streams_per_session``).
 
 The transport's own write backpressure (a bounded send buffer) is in
-``gateway.outbound``; the engine-side bound on audio a job holds before the
+``gateway.ws.outbound``; the engine-side bound on audio a job holds before the
 consumer takes it is the engine's (``gateway.engines``).
 
 This package imports nothing from the rest of the gateway except

@@ -5,10 +5,10 @@ the client stopped reading: the connection is closed with 4008
 (``CloseCode.STALL_TIMEOUT``), and the transport is aborted if the client
 has not read the close frame ``STALL_CLOSE_TIMEOUT_S`` later.  Writing the
 close frame past a full buffer is transport-specific and lives in
-``gateway.outbound``; this module decides *when*.
+``gateway.ws.outbound``; this module decides *when*.
 
 A guarded send is only ever blocked before the first byte of its frame is
-written (see ``gateway.outbound``), so abandoning it cuts nothing half-way.
+written (see ``gateway.ws.outbound``), so abandoning it cuts nothing half-way.
 """
 
 from __future__ import annotations

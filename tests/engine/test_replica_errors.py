@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.engines.upstream.replicas import ERROR_BODY_BYTES, error_message
+from gateway.engines.pool.replicas import ERROR_BODY_BYTES, error_message
 
 
 @pytest.mark.parametrize(

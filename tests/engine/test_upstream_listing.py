@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.engines.upstream.probe import (
+from gateway.engines.pool.probe import (
     MAX_LISTING_BYTES,
     held_voices,
     listed_voices,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from gateway.voice_store import MAX_UPLOAD_BYTES
+from gateway.voices.store import MAX_UPLOAD_BYTES
 from tests.conftest import RunningServer
 from tests.helpers import serve_process
 

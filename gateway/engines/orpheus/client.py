@@ -3,7 +3,7 @@ the first token.
 
 What this module is for: the I/O of one segment's generation.  The pool
 (routing, caps, ejection, probes, metrics) is the upstream engine's
-(``gateway.engines.upstream.replicas.ReplicaClient`` and its ``pool``,
+(``gateway.engines.pool.replicas.ReplicaClient`` and its ``pool``,
 ``probe`` and ``metrics`` modules); this module adds the request: one
 streamed ``POST {base}/v1/completions`` (``completions.completion_body``),
 its events decoded by ``completions.CompletionStream``, the token ids handed
@@ -48,9 +48,9 @@ from gateway.engines.orpheus.completions import (
     StreamFailure,
     Tokens,
 )
+from gateway.engines.pool.replicas import ReplicaClient, read_error
+from gateway.engines.pool.routing import Outcome, classify_status
 from gateway.engines.upstream.client import PartialAudioError
-from gateway.engines.upstream.pool import Outcome, classify_status
-from gateway.engines.upstream.replicas import ReplicaClient, read_error
 
 log = logging.getLogger(__name__)
 

@@ -56,8 +56,8 @@ from gateway.engines.orpheus.client import CompletionsClient
 from gateway.engines.orpheus.codes import SAMPLE_RATE
 from gateway.engines.orpheus.completions import Sampling, completion_body
 from gateway.engines.orpheus.prompt import PromptBuilder, max_tokens
-from gateway.engines.upstream.pool import ReplicaState
-from gateway.engines.upstream.probe import Prober
+from gateway.engines.pool.probe import Prober
+from gateway.engines.pool.routing import ReplicaState
 from gateway.settings import OrpheusSettings, SettingsError
 
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ class OrpheusEngine(Engine):
         return (self.config.model,) if self.config.model else ()
 
     def collectors(self) -> Sequence[Collector]:
-        from gateway.engines.upstream.metrics import PoolCollector
+        from gateway.engines.pool.metrics import PoolCollector
 
         return (PoolCollector(self.client),)
 

@@ -30,7 +30,7 @@ from piper.config import PiperConfig
 from gateway.engines.base import VoiceInfo
 from gateway.engines.piper import graph, loudness
 from gateway.engines.piper.acoustic import AcousticModel
-from gateway.resources import CALIBRATION_TEXT
+from gateway.ops.resources import CALIBRATION_TEXT
 from gateway.vocoders.hifigan import HifiGan, UnsupportedSpecError
 from gateway.vocoders.stateful import ChunkWindow, StreamingHifiGan
 

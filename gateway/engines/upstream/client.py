@@ -44,8 +44,8 @@ import numpy.typing as npt
 
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import SynthesisError
-from gateway.engines.upstream.pool import Outcome, classify_status
-from gateway.engines.upstream.replicas import ReplicaClient, read_error
+from gateway.engines.pool.replicas import ReplicaClient, read_error
+from gateway.engines.pool.routing import Outcome, classify_status
 from gateway.engines.upstream.wire import (
     Format,
     ResponseDecoder,

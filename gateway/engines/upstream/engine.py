@@ -53,9 +53,9 @@ from gateway.engines.base import (
     VoiceInfo,
 )
 from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs, wait_for_room
+from gateway.engines.pool.probe import Prober
+from gateway.engines.pool.routing import ReplicaState
 from gateway.engines.upstream.client import UpstreamClient
-from gateway.engines.upstream.pool import ReplicaState
-from gateway.engines.upstream.probe import Prober
 from gateway.engines.upstream.voices import VoiceCopies
 from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError
 
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
     from gateway.settings import Settings
-    from gateway.voice_store import StoredVoice, VoiceStore
+    from gateway.voices.store import StoredVoice, VoiceStore
 
 log = logging.getLogger(__name__)
 # httpx logs every request's full URL at INFO, credentials included: never
@@ -205,7 +205,7 @@ class UpstreamEngine(Engine):
         return (self.config.model,) if self.config.model else ()
 
     def collectors(self) -> Sequence[Collector]:
-        from gateway.engines.upstream.metrics import PoolCollector
+        from gateway.engines.pool.metrics import PoolCollector
 
         return (PoolCollector(self.client),)
 

@@ -52,14 +52,14 @@ from urllib.parse import quote
 
 import httpx
 
+from gateway.engines.pool.probe import held_voices, parse_listing
+from gateway.engines.pool.replicas import error_message
+from gateway.engines.pool.routing import Outcome, ReplicaState, classify_status
 from gateway.engines.upstream.client import UpstreamClient
-from gateway.engines.upstream.pool import Outcome, ReplicaState, classify_status
-from gateway.engines.upstream.probe import held_voices, parse_listing
-from gateway.engines.upstream.replicas import error_message
 from gateway.errors import ErrorCode, GatewayError
 
 if TYPE_CHECKING:
-    from gateway.voice_store import StoredVoice, VoiceStore
+    from gateway.voices.store import StoredVoice, VoiceStore
 
 log = logging.getLogger(__name__)
 

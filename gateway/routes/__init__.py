@@ -1,1 +1,0 @@
-"""HTTP and WebSocket routes: thin layers over the session and the engine."""

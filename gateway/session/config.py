@@ -1,0 +1,180 @@
+"""Applying a ``session.config`` message: pure validation and merging.
+
+A config is applied as a whole or not at all: ``apply_config`` either returns
+a complete new ``EffectiveConfig`` or raises ``GatewayError`` and the session
+keeps the one it had.  Fields a message leaves out (or sets to null) keep
+their current value; the first config starts from the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from gateway.audio.framing import frame_start
+from gateway.engines.base import VoiceInfo
+from gateway.errors import ErrorCode, GatewayError
+from gateway.protocol import EffectiveConfig, SessionConfig
+from gateway.session.validation import (
+    VLLM_ANY,
+    VLLM_DEFAULTS,
+    check_instructions,
+    check_language,
+    check_model,
+    check_sample_rate,
+    check_speed,
+    check_vllm_fields,
+)
+
+
+def frame_samples(sample_rate: int, frame_ms: int) -> int:
+    """Nominal samples in the first frame (the grid's own rounding)."""
+    return frame_start(1, sample_rate, frame_ms)
+
+
+def default_config(voice: VoiceInfo, engine_name: str) -> EffectiveConfig:
+    return EffectiveConfig(
+        voice=voice.name,
+        language=voice.language,
+        speed=1.0,
+        response_format="wav",
+        stream_audio=False,
+        encoding="pcm_s16le",
+        sample_rate=voice.sample_rate,
+        frame_ms=20,
+        frame_samples=frame_samples(voice.sample_rate, 20),
+        split_granularity="auto",
+        flow_control="none",
+        max_lead_ms=1000,
+        timestamps=False,
+        framing="raw",
+        model=engine_name,
+    )
+
+
+def _find_voice(name: str, voices: Sequence[VoiceInfo]) -> VoiceInfo:
+    wanted = name.strip().casefold()
+    for voice in voices:
+        if voice.name.casefold() == wanted:
+            return voice
+    available = ", ".join(v.name for v in voices)
+    raise GatewayError(
+        ErrorCode.UNKNOWN_VOICE,
+        f"unknown voice {name!r}; available voices: {available}",
+        param="voice",
+    )
+
+
+def vllm_fields(msg: SessionConfig) -> dict[str, Any]:
+    """The vllm-omni extension fields ``msg`` gives (not left out, not null)."""
+    names = (*VLLM_DEFAULTS, *VLLM_ANY, "speaker_embedding")
+    return {name: getattr(msg, name) for name in names if _given(getattr(msg, name))}
+
+
+def clone_options(
+    current: Mapping[str, object], msg: SessionConfig, cloning: bool
+) -> dict[str, object]:
+    """The voice-clone options in force after ``msg`` (``StreamRequest.options``
+    for an engine that declares ``cloning``): a field given replaces, a
+    default value (``""``, ``false``, ``"CustomVoice"``) removes, one left
+    out is kept.  Raises ``GatewayError`` like ``apply_config``."""
+    merged = dict(current)
+    for name, value in check_vllm_fields(vllm_fields(msg), cloning).items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    return merged
+
+
+def _given(value: Any) -> bool:
+    return value is not UNSET and value is not None
+
+
+def apply_config(
+    current: EffectiveConfig,
+    msg: SessionConfig,
+    voices: Sequence[VoiceInfo],
+    engine_name: str,
+    model_names: Sequence[str] = (),
+    *,
+    instructions: bool = False,
+    cloning: bool = False,
+) -> EffectiveConfig:
+    """Return the config in force after ``msg``, or raise ``GatewayError``.
+    ``instructions``, ``cloning``: the engine's capabilities (a style prompt,
+    voice-clone fields; those are kept by ``clone_options``)."""
+    check_vllm_fields(vllm_fields(msg), cloning)
+    if _given(msg.voice) and _given(msg.speaker):
+        assert isinstance(msg.voice, str) and isinstance(msg.speaker, str)
+        if msg.voice.strip().casefold() != msg.speaker.strip().casefold():
+            raise GatewayError(
+                ErrorCode.INVALID_CONFIG,
+                f"`voice` ({msg.voice!r}) and its alias `speaker` ({msg.speaker!r}) differ;"
+                " send one of them",
+                param="voice",
+            )
+    changes: dict[str, Any] = {}
+    voice_name = msg.voice if _given(msg.voice) else msg.speaker
+    voice = _find_voice(current.voice, voices)
+    if _given(voice_name):
+        assert isinstance(voice_name, str)
+        voice = _find_voice(voice_name, voices)
+        if voice.name != current.voice:
+            changes["voice"] = voice.name
+            # a new voice brings its own language and, unless asked, its rate
+            changes["language"] = voice.language
+            if not _given(msg.sample_rate) and current.sample_rate == _native_rate(
+                current.voice, voices
+            ):
+                changes["sample_rate"] = voice.sample_rate
+    if _given(msg.language):
+        assert isinstance(msg.language, str)
+        changes["language"] = check_language(msg.language, voice)
+    if isinstance(msg.instructions, str):  # "" clears it; null keeps it
+        changes["instructions"] = check_instructions(msg.instructions, engine_name, instructions)
+    if _given(msg.model):
+        assert isinstance(msg.model, str)
+        check_model(msg.model, engine_name, model_names)
+    # the decoder already holds these to the protocol's bounds; a message
+    # built in code goes through the same check
+    if isinstance(msg.speed, float | int) and not isinstance(msg.speed, bool):
+        check_speed(msg.speed)
+    if isinstance(msg.sample_rate, int) and not isinstance(msg.sample_rate, bool):
+        check_sample_rate(msg.sample_rate)
+    for name in (
+        "speed",
+        "response_format",
+        "stream_audio",
+        "encoding",
+        "sample_rate",
+        "frame_ms",
+        "split_granularity",
+        "flow_control",
+        "max_lead_ms",
+        "timestamps",
+        "framing",
+    ):
+        value = getattr(msg, name)
+        if _given(value):
+            changes[name] = value
+    merged = msgspec.structs.replace(current, **changes)
+    if merged.flow_control != "none" and not merged.stream_audio:
+        raise GatewayError(
+            ErrorCode.INVALID_CONFIG,
+            f"flow_control {merged.flow_control!r} needs `stream_audio: true`",
+            param="flow_control",
+        )
+    return msgspec.structs.replace(
+        merged, frame_samples=frame_samples(merged.sample_rate, merged.frame_ms)
+    )
+
+
+def _native_rate(voice_name: str, voices: Sequence[VoiceInfo]) -> int:
+    for voice in voices:
+        if voice.name == voice_name:
+            return voice.sample_rate
+    return -1

@@ -1,0 +1,646 @@
+"""The session core: one WebSocket session's state machine, without I/O.
+
+``Session.handle`` takes one decoded client message and returns the
+*actions* that follow from it: server messages to send, a ``Close`` of the
+connection, or an ``AnswerVoiceRequest`` for the route to answer (the voice
+store does I/O).  The route (``gateway.ws.endpoint``) performs them; the
+core never awaits a send, so its logic is tested without a server
+(``tests/session/test_session_core.py``).
+
+Audio is the exception by design: the core hands each speakable segment to
+an ``AudioStream`` (``gateway.session.audio_stream``), whose task submits it to the
+engine and writes the frames through the session's one bounded sender
+(``gateway.ws.outbound.Outbound``), in order with the events about them.  The
+streams tell the core when a segment ends or cancelled audio stopped
+(``StreamHost``) and send the messages the core returns.
+
+The reader never waits on synthesis: ``cancel`` and ``playback`` are
+handled while audio is being produced.
+
+Lifecycle: ``OPEN`` (after ``session.created``) -> ``CLOSING`` (close asked,
+error or disconnect: work is being cancelled) -> ``CLOSED``.  An illegal
+transition raises at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+import uuid
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, assert_never
+
+from gateway import protocol
+from gateway.engines.base import Engine
+from gateway.errors import CloseCode, ErrorCode, GatewayError
+from gateway.flow.admission import Admission
+from gateway.flow.budget import DecodeBudget
+from gateway.session.audio_stream import SECONDS_PER_CHAR, AudioStream, Segment, Sender, StreamEnv
+from gateway.session.cancel_report import cancel_report
+from gateway.session.capabilities import capabilities_message
+from gateway.session.config import apply_config, clone_options, default_config
+from gateway.session.contexts import Context, Contexts
+from gateway.session.utterance import Sentence, Utterance
+from gateway.session.voice_requests import VoiceRequest
+from gateway.text.policy import LOAD_ALLOWANCE_S, PolicyConfig, SegmentPolicy
+from gateway.text.segmenter import Segmenter
+
+if TYPE_CHECKING:
+    from gateway.ops.metrics import Metrics
+    from gateway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class SessionLog(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes every record with the session id (never the spoken text)."""
+
+    def process(self, msg: object, kwargs: MutableMapping[str, Any]) -> tuple[object, Any]:
+        extra = self.extra or {}
+        return f"[session={extra.get('session')}] {msg}", kwargs
+
+
+class State(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close the connection (after cancelling and reporting its work)."""
+
+    code: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class AnswerVoiceRequest:
+    """A ``voice.*`` request for the route to answer (``gateway.session.voice_requests``)."""
+
+    request: VoiceRequest
+
+
+Action = protocol.ServerMessage | Close | AnswerVoiceRequest
+
+
+class Session:
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        metrics: Metrics,
+        admission: Admission,
+        out: Sender,
+    ) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics
+        self.admission = admission
+        #: decoded but unsent audio the session's engine jobs may hold
+        self.budget = DecodeBudget(settings.max_buffered_ms / 1000)
+        self.state = State.OPEN
+        self.config = default_config(engine.default_voice(), engine.name)
+        self.config_accepted = False
+        #: voice-clone fields in force (``session_config.clone_options``), for
+        #: an engine declaring ``cloning``; not echoed (``ref_audio`` may be large)
+        self.clone_options: Mapping[str, object] = {}
+        #: the server is shutting down: no new utterance starts
+        self.draining = False
+        self.contexts = Contexts(settings.max_contexts, self._context_live)
+        self.utterances_started = 0
+        self.log = SessionLog(log, {"session": self.id})
+        # the core never sends: it hands the sender to its audio streams
+        self._stream_env = StreamEnv(
+            engine=engine,
+            voice_rates={v.name: v.sample_rate for v in engine.voices()},
+            budget=self.budget,
+            out=out,
+            metrics=metrics,
+            label=self.id,
+            log=self.log,
+            host=self,
+        )
+        self.shared_stream = AudioStream(self._stream_env, "shared")
+        #: a context's own stream under tagged framing
+        self._context_streams: dict[Context, AudioStream] = {}
+
+    # ------------------------------------------------------------------
+    # state
+    # ------------------------------------------------------------------
+    def _transition(self, new: State) -> None:
+        allowed = {
+            State.OPEN: {State.CLOSING, State.CLOSED},
+            State.CLOSING: {State.CLOSED},
+            State.CLOSED: set(),
+        }
+        if new not in allowed[self.state]:
+            raise RuntimeError(f"illegal session transition {self.state} -> {new}")
+        self.state = new
+
+    def limits(self) -> protocol.Limits:
+        s = self.settings
+        return protocol.Limits(
+            max_message_bytes=s.max_message_bytes,
+            max_input_text_bytes=s.max_input_text_bytes,
+            max_utterance_chars=s.max_utterance_chars,
+            max_contexts=s.max_contexts,
+            max_buffered_ms=s.max_buffered_ms,
+            config_timeout_s=s.config_timeout_s,
+            idle_timeout_s=s.idle_timeout_s,
+            stall_timeout_s=s.stall_timeout_s,
+        )
+
+    def created_message(self) -> protocol.SessionCreated:
+        return protocol.SessionCreated(
+            session_id=self.id,
+            protocol_version=protocol.PROTOCOL_VERSION,
+            engine=self.engine.name,
+            voices=[
+                protocol.VoiceDescription(
+                    name=v.name,
+                    language=v.language,
+                    language_name=v.language_name,
+                    sample_rate=v.sample_rate,
+                    quality=v.quality,
+                    streaming=v.streaming,
+                )
+                for v in self.engine.voices()
+            ],
+            defaults=self.config,
+            limits=self.limits(),
+            capabilities=capabilities_message(self.engine.capabilities),
+        )
+
+    def buffered_ms(self) -> float:
+        """Audio decoded for this session and not yet sent, measured from the
+        engine's statistics: an independent check of the budget (tests)."""
+        return sum(stream.unsent_ms() for stream in self.streams())
+
+    def busy(self) -> bool:
+        """Any utterance in progress, text buffered, segments queued or audio unsent."""
+        return any(self._context_live(c) for c in self.contexts)
+
+    def producing(self) -> bool:
+        """Audio being synthesized, queued or sent (the idle timer waits for
+        it).  Text waiting in the segmenter for more input does not count: a
+        client that sends half a sentence and goes quiet is idle, and the
+        idle close reports that text as unspoken."""
+        return any(ctx.pending or self._stream_for(ctx).has_work_for(ctx) for ctx in self.contexts)
+
+    def _context_live(self, ctx: Context) -> bool:
+        return bool(
+            ctx.utterance is not None
+            or ctx.pending
+            or ctx.policy.buffered.strip()
+            or self._stream_for(ctx).has_work_for(ctx)
+        )
+
+    def streams(self) -> list[AudioStream]:
+        return [self.shared_stream, *self._context_streams.values()]
+
+    # ------------------------------------------------------------------
+    # messages
+    # ------------------------------------------------------------------
+    def handle(self, message: protocol.ClientMessage) -> list[Action]:
+        """Handle one decoded message; returns what to send or do, in order.
+
+        A refused message returns its ``error`` (and a ``Close`` if fatal)."""
+        try:
+            return self._dispatch(message)
+        except GatewayError as error:
+            return self.report_error(error, getattr(message, "context_id", None))
+
+    def _dispatch(self, message: protocol.ClientMessage) -> list[Action]:
+        match message:
+            case protocol.SessionConfig():
+                return self._on_config(message)
+            case protocol.InputText(text=text, context_id=cid):
+                self._on_text(cid, text)
+                return []
+            case protocol.InputFlush(context_id=cid):
+                self._on_flush(cid, done=False)
+                return []
+            case protocol.InputDone(context_id=cid):
+                return self._on_done(cid)
+            case protocol.Cancel(context_id=cid):
+                return self.cancel(cid)
+            case protocol.Playback(played_ms=played, context_id=cid):
+                self._on_playback(cid, played)
+                return []
+            case protocol.Ping(id=ping_id):
+                return [protocol.Pong(id=ping_id)]
+            case protocol.SessionClose():
+                return [Close(CloseCode.NORMAL, "session.close")]
+            case protocol.VoiceList() | protocol.VoiceAdd() | protocol.VoiceRemove():
+                return [AnswerVoiceRequest(message)]
+            case _:
+                assert_never(message)
+
+    def report_error(
+        self,
+        error: GatewayError,
+        context_id: str | None = None,
+        *,
+        request_id: protocol.RequestId = None,
+        may_be_fatal: bool = True,
+    ) -> list[Action]:
+        """The ``error`` event for ``error``, then a ``Close`` if it is fatal.
+
+        ``may_be_fatal=False`` (a refused ``voice.*`` request) keeps the
+        session open whatever the code's registry rule."""
+        spec = error.code.spec
+        fatal = may_be_fatal and (
+            spec.fatal == "always" or (spec.fatal == "first_config" and not self.config_accepted)
+        )
+        self.log.info("error %s: %s", error.code, error.message)
+        actions: list[Action] = [
+            protocol.Error(
+                code=error.code,
+                message=error.message,
+                fatal=fatal,
+                context_id=context_id,
+                request_id=request_id,
+            )
+        ]
+        if fatal:
+            actions.append(Close(spec.close_code or CloseCode.POLICY, str(error.code)))
+        return actions
+
+    def _on_config(self, message: protocol.SessionConfig) -> list[Action]:
+        """``message`` has its voice names resolved (``VoiceDesk.resolve_config_voices``)."""
+        engine = self.engine
+        caps = engine.capabilities
+        new = apply_config(
+            self.config,
+            message,
+            engine.voices(),
+            engine.name,
+            engine.model_names(),
+            instructions=caps.instructions,
+            cloning=caps.cloning,
+        )
+        options = clone_options(self.clone_options, message, caps.cloning)
+        if self.busy() and (new.framing != self.config.framing):
+            raise GatewayError(
+                ErrorCode.INVALID_STATE,
+                "`framing` cannot change while an utterance is in progress;"
+                " send it before the next utterance",
+                param="framing",
+            )
+        self.config = new
+        self.clone_options = options
+        self.config_accepted = True
+        return [protocol.SessionUpdated(config=new, limits=self.limits())]
+
+    def _context(self, cid: str | None) -> Context:
+        ctx, forgotten = self.contexts.get_or_create(cid, self._new_policy)
+        for old in forgotten:
+            stream = self._context_streams.pop(old, None)
+            if stream is not None:
+                stream.discard()
+        return ctx
+
+    # --- segmentation policy (docs/segmentation.md) ---------------------
+    def _new_policy(self, segmenter: Segmenter | None = None) -> SegmentPolicy:
+        if segmenter is None or segmenter.granularity != self.config.split_granularity:
+            segmenter = Segmenter(
+                self.config.split_granularity, max_chars=self.settings.max_segment_chars
+            )
+        config = PolicyConfig(
+            # the engine's own time to first chunk, with room for load
+            lead_s=self.engine.capabilities.typical_first_chunk_s + LOAD_ALLOWANCE_S,
+            first_min_words=self.settings.first_segment_min_words,
+            min_words=self.settings.phrase_min_words,
+            seconds_per_char=SECONDS_PER_CHAR / self.config.speed,
+        )
+        # one WAV per segment without streamed audio: no early cuts there
+        return SegmentPolicy(segmenter, config, timed=self.config.stream_audio)
+
+    def _ahead_s(self, ctx: Context, now: float) -> float:
+        """Audio ahead of the context's listener: sent and unplayed, plus the
+        estimated rest of every segment committed and not yet fully sent."""
+        ahead = ctx.listener.ahead_s(now)
+        for utt in [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]:
+            for sentence in utt.sentences:
+                if sentence.finished or utt.cancelled:
+                    continue
+                estimate = len(sentence.text) * SECONDS_PER_CHAR / utt.config.speed
+                sent = (utt.sent_ms - sentence.start_ms) / 1000 if sentence.started else 0.0
+                ahead += max(0.0, estimate - sent)
+        return ahead
+
+    def _arm_segment_timer(self, ctx: Context, now: float, ahead: float) -> None:
+        ctx.cancel_segment_timer()
+        at = ctx.policy.next_check(now, ahead) if ctx.utterance is not None else None
+        if at is not None:
+            loop = asyncio.get_running_loop()
+            ctx.segment_timer = loop.call_later(max(0.0, at - now), self._segment_fire, ctx)
+
+    def _segment_fire(self, ctx: Context) -> None:
+        ctx.segment_timer = None
+        if self.state is State.OPEN and ctx.utterance is not None:
+            now = time.monotonic()
+            ahead = self._ahead_s(ctx, now)
+            # an early cut commits text: without a slot for it, the text
+            # waits in the segmenter (for more text, a flush or a free slot)
+            if self._slot_refusal(ctx.utterance) is None:
+                self._enqueue(ctx, [c.text for c in ctx.policy.poll(now, ahead)])
+            self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
+
+    def _on_text(self, cid: str | None, text: str) -> None:
+        if len(text.encode("utf-8", "surrogatepass")) > self.settings.max_input_text_bytes:
+            raise GatewayError(
+                ErrorCode.TEXT_TOO_LONG,
+                f"input.text is over {self.settings.max_input_text_bytes} bytes; send it in"
+                " smaller increments",
+            )
+        ctx = self._context(cid)
+        utt = ctx.utterance
+        self._check_slot(utt, "this text was not accepted")
+        if utt is None:
+            utt = self._start_utterance(ctx)
+        if utt.accepted_chars + len(text) > self.settings.max_utterance_chars:
+            raise GatewayError(
+                ErrorCode.TEXT_TOO_LONG,
+                f"the utterance would exceed {self.settings.max_utterance_chars} characters;"
+                " end it with input.done and start another",
+            )
+        utt.accepted_chars += len(text)
+        now = time.monotonic()
+        cuts = ctx.policy.push(text, now, self._ahead_s(ctx, now))
+        self._enqueue(ctx, [c.text for c in cuts])
+        self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
+
+    def _start_utterance(self, ctx: Context) -> Utterance:
+        if self.draining:
+            raise GatewayError(
+                ErrorCode.BUSY,
+                "the server is shutting down; this text was not accepted,"
+                " reconnect to another server",
+            )
+        ctx.policy = self._new_policy(ctx.policy.segmenter)
+        ctx.listener.new_utterance()
+        utt = Utterance(
+            index=self.utterances_started,
+            config=self.config,
+            options=self.clone_options,
+            first_text_at=time.monotonic(),
+        )
+        self.utterances_started += 1
+        ctx.utterance = utt
+        ctx.flow.configure(self.config.flow_control, self.config.max_lead_ms)
+        utt.flow_offset_ms = ctx.flow.sent_ms
+        self.metrics.utterances.inc()
+        return utt
+
+    def _enqueue(self, ctx: Context, texts: list[str]) -> None:
+        utt = ctx.utterance
+        if not texts or utt is None:
+            return
+        self._take_slot(utt)
+        stream = self._stream_for(ctx)
+        for text in texts:
+            sentence = utt.add_sentence(text)
+            if utt.ready_at is None:
+                utt.ready_at = time.monotonic()
+            stream.enqueue(Segment(ctx, utt, sentence))
+
+    # --- stream slots (``max_active_streams``, ``max_streams_per_session``) --
+    # An utterance holds one slot while it has committed text being
+    # synthesized or queued (segments in its stream): taken when a segment is
+    # committed, given back when its last committed segment ends (the next
+    # commit takes one again) or when it is cancelled.  Text still in the
+    # segmenter holds none, so idle, unfinished utterances block nobody.
+    def _slot_refusal(self, utt: Utterance | None) -> str | None:
+        """Why a commit for ``utt`` could not get a slot now (None: it can)."""
+        if utt is not None and utt.holds_slot:
+            return None
+        return self.admission.refusal(self)
+
+    def _check_slot(self, utt: Utterance | None, what: str) -> None:
+        """Refuse (``busy``) text for an utterance that holds no slot when
+        none is free for it: that text could not be committed."""
+        refusal = self._slot_refusal(utt)
+        if refusal == "share":
+            raise GatewayError(
+                ErrorCode.BUSY,
+                f"this session is streaming its share of {self.admission.per_holder}"
+                f" utterances at once (max_streams_per_session); {what}, retry when one ends",
+            )
+        if refusal is not None:
+            raise GatewayError(
+                ErrorCode.BUSY,
+                f"the server is streaming its limit of {self.admission.limit} utterances;"
+                f" {what}, retry shortly",
+            )
+
+    def _take_slot(self, utt: Utterance) -> None:
+        if utt.holds_slot:
+            return
+        # callers checked ``_slot_refusal`` first, so this cannot fail; if it
+        # ever did, the work goes on uncounted rather than losing text
+        utt.holds_slot = self.admission.try_acquire(self)
+        if not utt.holds_slot:
+            self.log.warning("committed text without a stream slot")
+
+    def _release_slot(self, utt: Utterance) -> None:
+        if utt.holds_slot:
+            utt.holds_slot = False
+            self.admission.release(holder=self)
+
+    def _stream_for(self, ctx: Context) -> AudioStream:
+        utt = ctx.utterance
+        framing = utt.config.framing if utt is not None else self.config.framing
+        if framing == "raw":
+            return self.shared_stream
+        stream = self._context_streams.get(ctx)
+        if stream is None:
+            stream = AudioStream(self._stream_env, f"ctx{ctx.number}")
+            self._context_streams[ctx] = stream
+        return stream
+
+    def _on_flush(self, cid: str | None, done: bool) -> Context | None:
+        ctx = self._context(cid) if done else self.contexts.get(cid)
+        if ctx is None or ctx.utterance is None:
+            return ctx
+        if ctx.policy.buffered.strip():
+            self._check_slot(
+                ctx.utterance,
+                f"{'input.done' if done else 'input.flush'} was not applied (the text stays"
+                " buffered)",
+            )
+        ctx.cancel_segment_timer()
+        self._enqueue(ctx, [c.text for c in ctx.policy.flush()])
+        return ctx
+
+    def _on_done(self, cid: str | None) -> list[Action]:
+        ctx = self._on_flush(cid, done=True)
+        assert ctx is not None
+        # an empty input.done still ends an utterance: vllm-omni answers it
+        # with a session.done of 0 sentences
+        utt = ctx.utterance or self._start_utterance(ctx)
+        utt.done_received = True
+        self._stream_for(ctx).close_if_complete(utt)
+        ctx.utterance = None
+        ctx.pending.append(utt)
+        ctx.policy.end_utterance()
+        return list(self.segment_ended(ctx))
+
+    def _on_playback(self, cid: str | None, played_ms: float) -> None:
+        ctx = self.contexts.get(cid)
+        if ctx is None:
+            return
+        now = time.monotonic()
+        ctx.flow.on_played(played_ms)
+        # read under every flow-control mode since protocol 1.1: the
+        # segmentation policy plans with the listener's buffer
+        ctx.listener.on_played(played_ms, now)
+        # an underrun the server caused: the listener has played everything
+        # sent while the server still had text of this context to speak
+        # (waiting for more text from the client is starvation, not counted)
+        starved = played_ms >= ctx.flow.sent_ms and self._stream_for(ctx).has_work_for(ctx)
+        if starved and not ctx.underrun:
+            self.metrics.underruns.inc()
+        ctx.underrun = starved
+
+    # ------------------------------------------------------------------
+    # what the audio streams report (``speaker.StreamHost``)
+    # ------------------------------------------------------------------
+    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """``session.done`` for each finished utterance of ``ctx``, in order."""
+        stream = self._stream_for(ctx)
+        messages: list[protocol.ServerMessage] = []
+        while ctx.pending:
+            utt = ctx.pending[0]
+            if stream.has_work_for_utterance(utt):
+                break
+            ctx.pending.pop(0)
+            self._release_slot(utt)
+            messages.append(utt.session_done(ctx.id))
+        # the open utterance's committed text is all spoken: it waits for
+        # more text and holds no slot meanwhile
+        current = ctx.utterance
+        if current is not None and not stream.has_work_for_utterance(current):
+            self._release_slot(current)
+        return messages
+
+    def cancelled_audio_ended(
+        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int, *, delivered: bool
+    ) -> list[protocol.ServerMessage]:
+        """The reports that waited for the last frame of cancelled audio."""
+        reports, ctx.awaiting_report = ctx.awaiting_report, []
+        if not reports:
+            return []
+        if not delivered:  # nobody to tell; the slots are released here
+            for utt in reports:
+                self._release_slot(utt)
+            return []
+        return self._report_cancel(ctx, reports, open_sentence, sent_bytes)
+
+    # ------------------------------------------------------------------
+    # cancel, drain, close
+    # ------------------------------------------------------------------
+    def cancel(self, cid: str | None) -> list[Action]:
+        """Stop a context's current and queued audio and discard its text
+        (``"*"``: every context).
+
+        The report is returned at once when none of the context's audio is
+        in flight; otherwise the stream sends it right after its last frame."""
+        messages: list[Action] = []
+        for ctx in self.contexts.targets(cid):
+            utterances = ctx.open_utterances()
+            if utterances:
+                messages += self._cancel_utterances(ctx, utterances)
+        return messages
+
+    def begin_drain(self) -> list[Action]:
+        """Server shutdown: utterances still accepting text (no ``input.done``)
+        are cancelled and reported; those that received ``input.done`` go on;
+        no new utterance starts."""
+        self.draining = True
+        messages: list[Action] = []
+        for ctx in self.contexts:
+            if ctx.utterance is not None:
+                messages += self._cancel_utterances(ctx, [ctx.utterance])
+        return messages
+
+    def _cancel_utterances(self, ctx: Context, utterances: list[Utterance]) -> list[Action]:
+        """Stop these utterances of a context: their queued segments, their
+        engine work and (for the open one) the text still buffered."""
+        for utt in utterances:
+            utt.cancelled = True
+        if ctx.utterance is not None and ctx.utterance in utterances:
+            ctx.utterance.unsent_text = ctx.policy.discard().strip()
+            ctx.utterance = None
+        ctx.pending = [u for u in ctx.pending if u not in utterances]
+        ctx.flow.interrupt()
+        ctx.cancel_segment_timer()
+        stream = self._stream_for(ctx)
+        stream.drop_utterances(utterances)
+        current = stream.current
+        if current is not None and current.utterance in utterances:
+            assert current.job is not None
+            ctx.awaiting_report.extend(utterances)
+            current.job.cancel()
+            return []
+        return list(self._report_cancel(ctx, utterances, None, 0))
+
+    def _report_cancel(
+        self,
+        ctx: Context,
+        utterances: list[Utterance],
+        open_sentence: Sentence | None,
+        sent_bytes: int,
+    ) -> list[protocol.ServerMessage]:
+        position, source = ctx.flow.position(time.monotonic())
+        for utt in utterances:
+            self.metrics.cancels.inc()
+            self._release_slot(utt)
+        return cancel_report(ctx.id, utterances, position, source, open_sentence, sent_bytes)
+
+    def begin_close(self) -> list[Action] | None:
+        """Start closing: the cancel reports of everything in progress, or
+        None if the session is already closing."""
+        if self.state is not State.OPEN:
+            return None
+        self._transition(State.CLOSING)
+        return self.cancel("*")
+
+    async def settle(self, timeout_s: float = 1.0) -> None:
+        """Wait briefly for the streams to report the cancel of in-flight audio."""
+        for stream in self.streams():
+            for _ in range(round(timeout_s / 0.01)):
+                if stream.current is None:
+                    break
+                await asyncio.sleep(0.01)
+
+    def connection_lost(self) -> None:
+        """The socket is gone: stop all engine work now."""
+        for ctx in self.contexts:
+            for utt in ctx.open_utterances():
+                utt.cancelled = True
+            ctx.flow.interrupt()
+        for stream in self.streams():
+            stream.cancel_jobs()
+
+    async def shutdown(self) -> None:
+        """Stop every task and engine job of this session."""
+        self.connection_lost()
+        for ctx in self.contexts:
+            ctx.cancel_segment_timer()
+            live = [*ctx.pending, *ctx.awaiting_report]
+            if ctx.utterance is not None:
+                live.append(ctx.utterance)
+            for utt in live:
+                self._release_slot(utt)
+            ctx.utterance = None
+            ctx.pending = []
+            ctx.awaiting_report = []
+        await asyncio.gather(*(s.stop() for s in self.streams()), return_exceptions=True)
+        if self.state is not State.CLOSED:
+            self._transition(State.CLOSED)

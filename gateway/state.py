@@ -1,0 +1,108 @@
+"""What the app shares between requests, created in the lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.engines.base import Engine
+from gateway.errors import CloseCode
+from gateway.flow.admission import Admission
+from gateway.ops.metrics import Metrics
+from gateway.settings import Settings
+from gateway.ws.outbound import ConnectionGone
+
+log = logging.getLogger(__name__)
+
+
+class LiveSession(Protocol):
+    """What a shutdown needs of an open WebSocket session
+    (``gateway.ws.endpoint.Connection``)."""
+
+    def busy(self) -> bool: ...
+
+    async def begin_drain(self) -> None: ...
+
+    async def close(self, code: int, reason: str) -> None: ...
+
+
+class RateLimiter:
+    """A token bucket: ``rate`` events per ``per`` seconds, bursts of ``rate``."""
+
+    def __init__(self, rate: float, per: float) -> None:
+        self.capacity = rate
+        self.refill = rate / per
+        self.tokens = rate
+        self.stamp = time.monotonic()
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.refill)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+
+@dataclass(eq=False)
+class GatewayState:
+    settings: Settings
+    engine: Engine
+    metrics: Metrics
+    ready: bool = False
+    shutting_down: bool = False
+    sessions: int = 0
+    live_sessions: set[LiveSession] = field(default_factory=set)
+    sessions_by_client: dict[str, int] = field(default_factory=dict)
+    connection_rates: dict[str, RateLimiter] = field(default_factory=dict)
+    #: utterances streaming at once over WebSockets (``max_active_streams``)
+    admission: Admission = field(init=False)
+    #: HTTP speech responses in progress (``max_http_streams``)
+    http_admission: Admission = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.admission = Admission(
+            self.settings.max_active_streams,
+            self.metrics.streams_active,
+            per_holder=self.settings.max_streams_per_session,
+        )
+        self.http_admission = Admission(
+            self.settings.max_http_streams, self.metrics.http_streams_active
+        )
+
+    async def drain(self) -> None:
+        """Graceful shutdown: refuse new sessions (``/readyz`` 503, 1013),
+        cancel and report utterances without ``input.done``, let the others
+        finish for up to ``drain_timeout_s``, then close every session with
+        1001 (reporting what was still in progress)."""
+        self.shutting_down = True
+        sessions = list(self.live_sessions)
+        log.info("draining %d sessions (up to %g s)", len(sessions), self.settings.drain_timeout_s)
+        for session in sessions:
+            with contextlib.suppress(ConnectionGone):
+                await session.begin_drain()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.drain_timeout_s):
+                # many sessions' streams, no single event to wait on: poll
+                while any(s.busy() for s in self.live_sessions):  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+        await asyncio.gather(
+            *(s.close(CloseCode.GOING_AWAY, "server shutdown") for s in list(self.live_sessions)),
+            return_exceptions=True,
+        )
+        log.info("drained")
+
+    def connection_allowed(self, client: str) -> bool:
+        """Connections per minute per client address."""
+        if len(self.connection_rates) > 10_000:  # bound the table
+            self.connection_rates.clear()
+        limiter = self.connection_rates.get(client)
+        if limiter is None:
+            limiter = RateLimiter(self.settings.max_connections_per_minute, 60.0)
+            self.connection_rates[client] = limiter
+        return limiter.allow()

@@ -1,0 +1,331 @@
+"""The WebSocket endpoint ``/v1/audio/speech/stream``: a thin async layer.
+
+It admits the connection, then runs the reader loop: receive a frame,
+decode it into a typed message, hand it to the session core
+(``gateway.session.core.Session.handle``) and perform the actions it returns
+(``Connection.perform``: send a message, answer a voice request, close).
+It never waits on synthesis.  Everything about state lives in
+``gateway.session.core``; every send goes through ``gateway.ws.outbound.Outbound``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from starlette.websockets import WebSocket
+
+from gateway import protocol
+from gateway.errors import CloseCode, ErrorCode, GatewayError
+from gateway.http.security import agent_identity, check_websocket
+from gateway.session.core import Action, AnswerVoiceRequest, Close, Session, State
+from gateway.session.voice_requests import VoiceDesk, VoiceRequest
+from gateway.state import GatewayState, RateLimiter
+from gateway.ws.outbound import ConnectionGone, Outbound
+from gateway.ws.pings import SCOPE_KEY as PINGS_KEY
+from gateway.ws.pings import PingWatch
+
+log = logging.getLogger(__name__)
+
+
+async def stream_endpoint(websocket: WebSocket) -> None:
+    state: GatewayState = websocket.app.state.gateway
+    settings = state.settings
+    rejection = check_websocket(websocket, state)
+    await websocket.accept(subprotocol=_echo_subprotocol(websocket))
+    out = Outbound(websocket, state.metrics, settings.stall_timeout_s)
+    if rejection is not None:
+        await _refuse(out, rejection)
+        return
+    if state.shutting_down or not state.ready:
+        await _refuse(
+            out,
+            GatewayError(ErrorCode.BUSY, "the server is starting or shutting down; retry"),
+            CloseCode.TRY_AGAIN,
+        )
+        return
+    # per-client limits: per agent key when one is presented, else per address
+    agent = agent_identity(websocket, state)
+    address = websocket.client.host if websocket.client else "unknown"
+    client = agent or address
+    holder = "this agent key" if agent else "this address"
+    per_client = settings.max_sessions_per_agent_key if agent else settings.max_sessions_per_client
+    if not state.connection_allowed(client):
+        await _refuse(
+            out,
+            GatewayError(
+                ErrorCode.RATE_LIMITED,
+                f"more than {settings.max_connections_per_minute} connections per minute"
+                f" from {holder}; slow down",
+            ),
+            CloseCode.POLICY,
+        )
+        return
+    if state.sessions_by_client.get(client, 0) >= per_client:
+        await _refuse(
+            out,
+            GatewayError(ErrorCode.BUSY, f"{holder} already has {per_client} sessions open"),
+            CloseCode.TRY_AGAIN,
+        )
+        return
+    if state.sessions >= settings.max_sessions:
+        await _refuse(
+            out,
+            GatewayError(
+                ErrorCode.BUSY, f"the server is at its limit of {settings.max_sessions} sessions"
+            ),
+            CloseCode.TRY_AGAIN,
+        )
+        return
+    session = Session(state.engine, settings, state.metrics, state.admission, out)
+    conn = Connection(
+        session, out, VoiceDesk(state.engine, settings, websocket.app.state.voice_store)
+    )
+    state.sessions += 1
+    state.sessions_by_client[client] = state.sessions_by_client.get(client, 0) + 1
+    state.live_sessions.add(conn)
+    state.metrics.sessions_active.inc()
+    session.log.info("session opened from %s%s", address, f" ({agent})" if agent else "")
+    try:
+        await out.event(session.created_message())
+        await _read_loop(websocket, conn)
+    except ConnectionGone:
+        pass
+    except Exception:  # a server bug: say so (1011) rather than drop the connection
+        session.log.exception("session failed unexpectedly")
+        await _fail(conn)
+    finally:
+        await conn.stop_voice_requests()
+        await session.shutdown()
+        state.sessions -= 1
+        state.sessions_by_client[client] -= 1
+        if not state.sessions_by_client[client]:
+            del state.sessions_by_client[client]
+        state.live_sessions.discard(conn)
+        state.metrics.sessions_active.dec()
+        session.log.info("session closed")
+
+
+#: voice requests (``voice.*``) a session may have waiting for answers
+MAX_WAITING_VOICE_REQUESTS = 4
+
+
+class Connection:
+    """A session core and its sender: performs what the core decides.
+
+    Also what ``GatewayState`` drains at shutdown (``server_state.LiveSession``)."""
+
+    def __init__(self, session: Session, out: Outbound, voices: VoiceDesk) -> None:
+        self.session = session
+        self.out = out
+        self.voices = voices
+        #: voice requests waiting for their answer, answered in order by one
+        #: task, so an upload copied to slow upstream replicas never holds up
+        #: the reader (a ``cancel`` behind it is read at once)
+        self._voice_requests: asyncio.Queue[VoiceRequest] = asyncio.Queue(
+            MAX_WAITING_VOICE_REQUESTS
+        )
+        self._voice_task: asyncio.Task[None] | None = None
+
+    def _queue_voice_request(self, request: VoiceRequest) -> list[Action]:
+        """Hand ``request`` to the answering task; a refusal when too many wait."""
+        try:
+            self._voice_requests.put_nowait(request)
+        except asyncio.QueueFull:
+            error = GatewayError(
+                ErrorCode.BUSY,
+                f"{MAX_WAITING_VOICE_REQUESTS} voice requests are already waiting for their"
+                " answers; send the next one after a reply",
+            )
+            return self.session.report_error(
+                error, request_id=request.request_id, may_be_fatal=False
+            )
+        if self._voice_task is None:
+            self._voice_task = asyncio.create_task(self._answer_voice_requests())
+        return []
+
+    async def _answer_voice_requests(self) -> None:
+        while True:
+            request = await self._voice_requests.get()
+            try:
+                await self._answer(request)
+            except ConnectionGone:
+                return
+            finally:
+                self._voice_requests.task_done()
+
+    async def _answer(self, request: VoiceRequest) -> None:
+        try:
+            reply = await self.voices.answer(request)
+        except GatewayError as error:
+            refused = self.session.report_error(
+                error, request_id=request.request_id, may_be_fatal=False
+            )
+            await self.perform(refused)  # never a Close: may_be_fatal=False
+            return
+        await self.out.event(reply)
+
+    async def stop_voice_requests(self) -> None:
+        """Stop answering (the session ends); unanswered requests are dropped."""
+        task, self._voice_task = self._voice_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def perform(self, actions: list[Action]) -> bool:
+        """Send, answer or close, in order; False once the session ends."""
+        for action in actions:
+            match action:
+                case Close(code=code, reason=reason):
+                    await self.close(code, reason)
+                    return False
+                case AnswerVoiceRequest(request=request):
+                    if not await self.perform(self._queue_voice_request(request)):
+                        return False
+                case _:
+                    await self.out.event(action)
+        return True
+
+    async def receive(self, message: protocol.ClientMessage) -> bool:
+        """Hand one decoded message to the core; False once the session ends."""
+        if isinstance(message, protocol.SessionConfig):
+            # a config may name a voice uploaded just before it: answer those first
+            await self._voice_requests.join()
+            try:
+                message = await self.voices.resolve_config_voices(message)
+            except GatewayError as error:
+                return await self.perform(self.session.report_error(error))
+        return await self.perform(self.session.handle(message))
+
+    def busy(self) -> bool:
+        return self.session.busy()
+
+    async def begin_drain(self) -> None:
+        await self.perform(self.session.begin_drain())
+
+    async def close(self, code: int, reason: str) -> None:
+        """Cancel everything (reporting what was not spoken), then close."""
+        session = self.session
+        reports = session.begin_close()
+        if reports is None:
+            return
+        try:
+            await self.perform(reports)
+            await session.settle()
+        except ConnectionGone:
+            pass
+        await session.shutdown()
+        await self.out.close(code, reason)
+
+
+async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
+    session = conn.session
+    settings = session.settings
+    rate = RateLimiter(settings.max_messages_per_second, 1.0)
+    last_rate_error = 0.0
+    first = True
+    pings: PingWatch | None = websocket.scope.get(PINGS_KEY)
+    #: when the idle period began: the last client message, ping frame or
+    #: moment audio was still being produced
+    active_at = time.monotonic()
+    while session.state is State.OPEN:
+        if first:
+            timeout = settings.config_timeout_s
+        else:
+            timeout = max(0.0, active_at + settings.idle_timeout_s - time.monotonic())
+        try:
+            # asyncio.timeout: wait_for (3.11) can swallow a cancel of this task
+            async with asyncio.timeout(timeout):
+                frame = await websocket.receive()
+        except TimeoutError:
+            if not first:
+                if pings is not None and pings.last is not None and pings.last > active_at:
+                    active_at = pings.last  # a ping frame: the client is there
+                    continue
+                if session.producing():
+                    active_at = time.monotonic()  # audio still going out: not idle
+                    continue
+            which = "config" if first else "idle"
+            limit = settings.config_timeout_s if first else settings.idle_timeout_s
+            quiet = "no message" if first else "no message or ping"
+            code = CloseCode.CONFIG_TIMEOUT if first else CloseCode.IDLE_TIMEOUT
+            await conn.out.event(
+                protocol.Error(
+                    code=ErrorCode.TIMEOUT,
+                    message=f"{which} timeout: {quiet} for {limit:g} s",
+                    fatal=True,
+                )
+            )
+            await conn.close(code, f"{which} timeout")
+            return
+        first = False
+        active_at = time.monotonic()
+        if frame["type"] == "websocket.disconnect":
+            session.connection_lost()
+            return
+        if not rate.allow():
+            now = time.monotonic()
+            if now - last_rate_error >= 1.0:  # one error a second, not one per message
+                last_rate_error = now
+                error = GatewayError(
+                    ErrorCode.RATE_LIMITED,
+                    f"over {settings.max_messages_per_second} messages per second;"
+                    " messages are being dropped",
+                )
+                if not await conn.perform(session.report_error(error)):
+                    return
+            continue
+        text = frame.get("text")
+        if text is None:
+            error = GatewayError(
+                ErrorCode.INVALID_MESSAGE,
+                "binary frames from the client are not part of the protocol; send JSON text",
+            )
+            if not await conn.perform(session.report_error(error)):
+                return
+            continue
+        try:
+            message = protocol.decode_client(text)
+        except GatewayError as error:
+            if not await conn.perform(session.report_error(error)):
+                return
+            continue
+        if not await conn.receive(message):
+            return
+
+
+async def _fail(conn: Connection) -> None:
+    """An unexpected exception ended the session: ``internal`` (fatal), 1011."""
+    try:
+        await conn.out.event(
+            protocol.Error(
+                code=ErrorCode.INTERNAL,
+                message="the server failed unexpectedly and closed this session; the details"
+                " are in the server log. Reconnect to continue",
+                fatal=True,
+            )
+        )
+    except ConnectionGone:
+        return
+    try:
+        await conn.close(CloseCode.INTERNAL, "internal error")
+    except Exception as exc:  # the session's own close failed: close the socket
+        conn.session.log.debug("close after failure failed: %r", exc)
+        await conn.out.close(CloseCode.INTERNAL, "internal error")
+
+
+def _echo_subprotocol(websocket: WebSocket) -> str | None:
+    """Browsers that send their key as a subprotocol need one echoed back."""
+    offered = websocket.scope.get("subprotocols") or []
+    return "tts.v1" if "tts.v1" in offered else None
+
+
+async def _refuse(out: Outbound, error: GatewayError, code: int | None = None) -> None:
+    """Accept-then-explain-then-close, so browsers can see why."""
+    spec = error.code.spec
+    try:
+        await out.event(protocol.Error(code=error.code, message=error.message, fatal=True))
+    except ConnectionGone:
+        return
+    await out.close(code or spec.close_code or CloseCode.POLICY, str(error.code))

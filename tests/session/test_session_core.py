@@ -1,0 +1,488 @@
+"""The session core driven without a server.
+
+``Session.handle`` returns what to send; these tests read those actions
+directly.  Audio still goes through real ``AudioStream`` tasks on the real
+synthetic engine, into a sender that records what it is given (the thing
+under test is the core, not the transport: tests/test_stream.py and
+tests/flow/test_backpressure.py cover the socket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway import protocol
+from gateway.engines.base import WordTiming
+from gateway.engines.synthetic import SyntheticEngine
+from gateway.errors import CloseCode, ErrorCode, GatewayError
+from gateway.flow.admission import Admission
+from gateway.ops.metrics import Metrics
+from gateway.session.cancel_report import cancel_report, heard_position
+from gateway.session.core import AnswerVoiceRequest, Close, Session, State
+from gateway.session.utterance import Utterance
+from gateway.session.voice_requests import VoiceDesk
+from gateway.voices.store import VoiceStore
+from tests.conftest import test_settings as make_settings
+
+CONFIG = protocol.SessionConfig(voice="tone", stream_audio=True, response_format="pcm")
+
+
+class RecordingSender:
+    """Collects what the audio streams send, in order."""
+
+    def __init__(self) -> None:
+        self.gone = False
+        self.events: list[protocol.ServerMessage] = []
+        self.frames = 0
+        self.changed = asyncio.Event()
+
+    async def event(self, message: protocol.ServerMessage) -> None:
+        self.events.append(message)
+        self.changed.set()
+
+    async def audio(self, payload: bytes) -> None:
+        self.frames += 1
+
+    async def wait_for(self, kind: type[Any], count: int = 1) -> None:
+        async with asyncio.timeout(10):
+            while sum(isinstance(e, kind) for e in self.events) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+class Harness:
+    def __init__(self, **overrides: Any) -> None:
+        self.settings = make_settings(engine="synthetic", **overrides)
+        self.engine = SyntheticEngine(self.settings)
+        self.admission = Admission(
+            self.settings.max_active_streams,
+            Metrics().streams_active,
+            per_holder=self.settings.max_streams_per_session,
+        )
+        self.out = RecordingSender()
+        self.session = Session(self.engine, self.settings, Metrics(), self.admission, self.out)
+
+    def handle(self, message: protocol.ClientMessage) -> list[Any]:
+        return self.session.handle(message)
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[Harness]:
+    harness = Harness()
+    yield harness
+    await harness.session.shutdown()
+
+
+def _types(actions: list[Any]) -> list[type[Any]]:
+    return [type(a) for a in actions]
+
+
+def _error(actions: list[Any]) -> protocol.Error:
+    assert actions and isinstance(actions[0], protocol.Error), actions
+    return actions[0]
+
+
+# --- config -------------------------------------------------------------------------
+
+
+async def test_config_returns_session_updated(h: Harness) -> None:
+    (updated,) = h.handle(protocol.SessionConfig(speed=1.5, timestamps=True))
+    assert isinstance(updated, protocol.SessionUpdated)
+    assert updated.config.speed == 1.5 and updated.config.timestamps
+    assert h.session.config is updated.config
+
+
+async def test_a_bad_first_config_is_fatal_a_later_one_is_not(h: Harness) -> None:
+    actions = h.handle(protocol.SessionConfig(model="gpt-5"))
+    error = _error(actions)
+    assert error.code == ErrorCode.INVALID_CONFIG and error.fatal
+    assert actions[1] == Close(CloseCode.POLICY, "invalid_config")
+    h.handle(CONFIG)
+    actions = h.handle(protocol.SessionConfig(model="gpt-5", speed=2.0))
+    assert _types(actions) == [protocol.Error] and not _error(actions).fatal
+    assert h.session.config.speed != 2.0  # all or nothing
+
+
+async def test_an_unknown_voice_is_never_fatal(h: Harness) -> None:
+    """Protocol 1.1.0: not even in the first config; refused whole."""
+    actions = h.handle(protocol.SessionConfig(voice="Vivian", speed=2.0))
+    assert _types(actions) == [protocol.Error]
+    error = _error(actions)
+    assert error.code == ErrorCode.UNKNOWN_VOICE and not error.fatal
+    assert "'Vivian'" in error.message and "tone" in error.message
+    assert h.session.config.voice == "tone" and h.session.config.speed == 1.0
+
+
+async def test_framing_cannot_change_mid_utterance(h: Harness) -> None:
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="Half a sentence"))
+    error = _error(h.handle(protocol.SessionConfig(framing="tagged")))
+    assert error.code == ErrorCode.INVALID_STATE and not error.fatal
+
+
+# --- text, flush, done --------------------------------------------------------------
+
+
+async def test_text_is_buffered_until_a_sentence_ends(h: Harness) -> None:
+    h.handle(CONFIG)
+    assert h.handle(protocol.InputText(text="Hello there")) == []
+    assert h.session.busy() and not h.session.producing()  # buffered, not speaking
+    assert h.handle(protocol.InputText(text=" friend. And")) == []
+    assert h.session.producing()  # "Hello there friend." went to the stream
+    await h.out.wait_for(protocol.AudioDone)
+    start = next(e for e in h.out.events if isinstance(e, protocol.AudioStart))
+    assert start.sentence_text == "Hello there friend."
+    assert h.out.frames > 0
+
+
+async def test_flush_speaks_what_is_buffered(h: Harness) -> None:
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="no full stop here"))
+    assert h.handle(protocol.InputFlush()) == []
+    await h.out.wait_for(protocol.AudioDone)
+    assert h.out.events[0].sentence_text == "no full stop here"  # type: ignore[union-attr]
+    # the utterance is open until input.done, but with its committed text
+    # spoken it holds no stream slot
+    await _slots_become(h, 0)
+    assert h.session.busy()
+
+
+async def _slots_become(h: Harness, active: int) -> None:
+    async with asyncio.timeout(5):
+        while h.admission.active != active:
+            await asyncio.sleep(0.01)
+
+
+#: never more than 100 ms ahead of a listener that never reports: a
+#: committed segment stays in progress (and holds its slot) until cancelled
+HELD = protocol.SessionConfig(
+    voice="tone", stream_audio=True, response_format="pcm", flow_control="ack", max_lead_ms=100
+)
+
+
+async def test_uncommitted_text_holds_no_stream_slot(h: Harness) -> None:
+    h.handle(protocol.SessionConfig(split_granularity="none"))
+    for cid in "abcdefgh":
+        assert h.handle(protocol.InputText(text="hold ", context_id=cid)) == []
+    assert h.session.busy() and h.admission.active == 0
+    # committing takes a slot; the committed text is spoken, then the
+    # still open utterance gives it back
+    assert h.handle(protocol.InputFlush(context_id="a")) == []
+    assert h.admission.active == 1
+    await _slots_become(h, 0)
+
+
+async def test_a_session_holds_at_most_its_share_of_slots() -> None:
+    h = Harness(max_streams_per_session=2)
+    other = Session(h.engine, h.settings, Metrics(), h.admission, RecordingSender())
+    try:
+        h.handle(HELD)
+        for cid in "ab":
+            h.handle(protocol.InputText(text="Speak now please.", context_id=cid))
+            h.handle(protocol.InputFlush(context_id=cid))
+        assert h.admission.active == 2
+        error = _error(h.handle(protocol.InputText(text="Third one.", context_id="c")))
+        assert error.code == ErrorCode.BUSY and "max_streams_per_session" in error.message
+        # uncommitted text for a third context is refused too: it could not commit
+        error = _error(h.handle(protocol.InputText(text="hold", context_id="c")))
+        assert error.code == ErrorCode.BUSY
+        # another session still gets a slot
+        assert other.handle(protocol.InputText(text="Another session.")) == []
+        assert other.handle(protocol.InputFlush()) == []
+        assert h.admission.active == 3
+        # a cancel gives the slot back at once
+        h.handle(protocol.Cancel(context_id="a"))
+        await _slots_become(h, 2)
+        assert h.handle(protocol.InputText(text="Third one.", context_id="c")) == []
+        assert h.handle(protocol.InputFlush(context_id="c")) == []
+        assert h.admission.active == 3
+    finally:
+        await other.shutdown()
+        await h.session.shutdown()
+    assert h.admission.active == 0
+
+
+async def test_flush_without_a_free_slot_is_refused_and_keeps_the_text() -> None:
+    h = Harness(max_active_streams=1)
+    try:
+        h.handle(HELD)
+        h.handle(protocol.InputText(text="waiting words", context_id="b"))  # holds none
+        h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
+        h.handle(protocol.InputFlush(context_id="a"))
+        assert h.admission.active == 1
+        for message in (protocol.InputFlush(context_id="b"), protocol.InputDone(context_id="b")):
+            error = _error(h.handle(message))
+            assert error.code == ErrorCode.BUSY and "stays buffered" in error.message
+        h.handle(protocol.Cancel(context_id="a"))
+        await _slots_become(h, 0)
+        h.handle(protocol.InputDone(context_id="b"))  # now it commits
+        async with asyncio.timeout(5):
+            while not any(
+                isinstance(e, protocol.AudioStart) and e.context_id == "b" for e in h.out.events
+            ):
+                await asyncio.sleep(0.01)
+        spoken = [e for e in h.out.events if isinstance(e, protocol.AudioStart)]
+        assert spoken[-1].sentence_text == "waiting words"
+    finally:
+        await h.session.shutdown()
+    assert h.admission.active == 0
+
+
+async def test_done_sends_session_done_after_the_audio(h: Harness) -> None:
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="One. Two."))
+    assert h.handle(protocol.InputDone()) == []  # audio in flight: the stream reports
+    await h.out.wait_for(protocol.SessionDone)
+    done = h.out.events[-1]
+    assert isinstance(done, protocol.SessionDone) and done.total_sentences == 2
+    assert not done.cancelled and h.admission.active == 0
+
+
+async def test_an_empty_utterance_is_done_at_once(h: Harness) -> None:
+    h.handle(CONFIG)
+    (done,) = h.handle(protocol.InputDone())
+    assert isinstance(done, protocol.SessionDone) and done.total_sentences == 0
+
+
+async def test_text_limits(h: Harness) -> None:
+    h.handle(CONFIG)
+    big = "a" * (h.settings.max_input_text_bytes + 1)
+    error = _error(h.handle(protocol.InputText(text=big)))
+    assert error.code == ErrorCode.TEXT_TOO_LONG and not error.fatal
+    chunk = "word " * (h.settings.max_input_text_bytes // 10)
+    for _ in range(h.settings.max_utterance_chars // len(chunk)):
+        assert h.handle(protocol.InputText(text=chunk, context_id="c")) == []
+    error = _error(h.handle(protocol.InputText(text=chunk, context_id="c")))
+    assert error.code == ErrorCode.TEXT_TOO_LONG and error.context_id == "c"
+
+
+async def test_policy_timer_cuts_the_first_segment() -> None:
+    """No more text arrives: the policy's timer still cuts the first segment
+    at the earliest word boundary with ``first_segment_min_words`` words."""
+    h = Harness()
+    try:
+        h.handle(CONFIG)
+        h.handle(protocol.InputText(text="one two three four five six seven"))
+        await h.out.wait_for(protocol.AudioStart)
+        start = h.out.events[0]
+        assert isinstance(start, protocol.AudioStart)
+        assert start.sentence_text == "one two three four"
+    finally:
+        await h.session.shutdown()
+
+
+# --- cancel -------------------------------------------------------------------------
+
+
+async def test_cancel_of_buffered_text_reports_at_once(h: Harness) -> None:
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="never spoken", context_id="a"))
+    actions = h.handle(protocol.Cancel(context_id="a"))
+    assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone]
+    cancelled = actions[0]
+    assert cancelled.unspoken_text == "never spoken" and cancelled.spoken_text == ""
+    assert actions[1].cancelled and h.admission.active == 0
+    assert h.handle(protocol.Cancel(context_id="a")) == []  # nothing left to cancel
+
+
+async def test_cancel_of_audio_in_flight_is_reported_by_the_stream(h: Harness) -> None:
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="A long sentence that takes a while to speak out loud."))
+    h.handle(protocol.InputFlush())  # its end is decided: speak it now
+    await h.out.wait_for(protocol.AudioStart)
+    assert h.handle(protocol.Cancel()) == []  # the report follows the last frame
+    await h.out.wait_for(protocol.SessionDone)
+    kinds = [type(e) for e in h.out.events]
+    assert kinds[-3:] == [protocol.AudioCancelled, protocol.AudioDone, protocol.SessionDone]
+    assert h.admission.active == 0
+
+
+def _utterance(*sentences: tuple[str, float, float, bool]) -> Utterance:
+    """Sentences as (text, start_ms, audio_ms, finished), all started; words
+    spread evenly over the audio."""
+    utt = Utterance(index=3, config=protocol.EffectiveConfig(**_DEFAULTS))
+    for text, start, length, finished in sentences:
+        s = utt.add_sentence(text)
+        s.started, s.finished, s.start_ms, s.audio_ms = True, finished, start, length
+        words = text.split()
+        span = length / len(words)
+        s.words = tuple(WordTiming(w, i * span, (i + 1) * span) for i, w in enumerate(words))
+        utt.sent_ms = start + length
+    return utt
+
+
+_DEFAULTS: dict[str, Any] = dict(
+    voice="tone",
+    language="en-US",
+    speed=1.0,
+    response_format="pcm",
+    stream_audio=True,
+    encoding="pcm_s16le",
+    sample_rate=22050,
+    frame_ms=20,
+    frame_samples=441,
+    split_granularity="auto",
+    flow_control="none",
+    max_lead_ms=1000,
+    timestamps=False,
+    framing="raw",
+    model="synthetic",
+)
+
+
+@pytest.mark.parametrize(
+    ("position", "offset", "heard", "spoken", "unspoken"),
+    [
+        (0.0, 0.0, 0.0, "", "One two. Three four."),
+        (150.0, 0.0, 150.0, "One two.", "Three four."),
+        (260.0, 0.0, 260.0, "One two. Three", "four."),
+        (9999.0, 0.0, 400.0, "One two. Three four.", ""),  # never beyond what was sent
+        (1150.0, 1000.0, 150.0, "One two.", "Three four."),  # the utterance began at 1000
+        (500.0, 1000.0, 0.0, "", "One two. Three four."),  # before it began
+    ],
+)
+def test_cancel_report_table(
+    position: float, offset: float, heard: float, spoken: str, unspoken: str
+) -> None:
+    utt = _utterance(("One two.", 0, 200, True), ("Three four.", 200, 200, False))
+    utt.flow_offset_ms = offset
+    assert heard_position(utt, position) == heard
+    messages = cancel_report("ctx", [utt], position, "played_ms")
+    assert [type(m) for m in messages] == [protocol.AudioCancelled, protocol.SessionDone]
+    cancelled = messages[0]
+    assert isinstance(cancelled, protocol.AudioCancelled)
+    assert (cancelled.spoken_text, cancelled.unspoken_text) == (spoken, unspoken)
+    assert cancelled.played_ms == heard and cancelled.sent_ms == 400
+    assert cancelled.position_source == "played_ms" and cancelled.context_id == "ctx"
+
+
+def test_cancel_report_closes_the_open_sentence_of_its_utterance() -> None:
+    first = _utterance(("One two.", 0, 200, True))
+    second = _utterance(("Three four.", 0, 120, False))
+    second.unsent_text = "five six"
+    open_sentence = second.sentences[0]
+    messages = cancel_report(None, [first, second], 50.0, "estimate", open_sentence, 999)
+    kinds = [type(m) for m in messages]
+    assert kinds == [
+        protocol.AudioCancelled,
+        protocol.SessionDone,
+        protocol.AudioCancelled,
+        protocol.AudioDone,
+        protocol.SessionDone,
+    ]
+    done = messages[3]
+    assert isinstance(done, protocol.AudioDone)
+    assert (done.total_bytes, done.audio_ms, done.cancelled) == (999, 120, True)
+    assert messages[2].unspoken_text.endswith("five six")  # type: ignore[union-attr]
+    assert open_sentence.audio_ms == 120  # the report changes nothing
+
+
+# --- contexts -----------------------------------------------------------------------
+
+
+async def test_contexts_are_limited_and_numbered() -> None:
+    h = Harness(max_contexts=2)
+    try:
+        h.handle(CONFIG)
+        assert h.handle(protocol.InputText(text="a", context_id="a")) == []
+        assert h.handle(protocol.InputText(text="b", context_id="b")) == []
+        error = _error(h.handle(protocol.InputText(text="c", context_id="c")))
+        assert error.code == ErrorCode.INVALID_STATE and "limit 2" in error.message
+        numbers = [c.number for c in h.session.contexts]
+        assert numbers == [1, 2]
+        actions = h.handle(protocol.Cancel(context_id="*"))
+        assert [a.context_id for a in actions if isinstance(a, protocol.AudioCancelled)] == [
+            "a",
+            "b",
+        ]
+        assert h.handle(protocol.InputText(text="c", context_id="c")) == []  # room again
+    finally:
+        await h.session.shutdown()
+
+
+# --- voice requests, errors, lifecycle ---------------------------------------------
+
+
+async def test_voice_requests_go_to_the_route(h: Harness, tmp_path: Path) -> None:
+    request = protocol.VoiceList(request_id="r1")
+    assert h.handle(request) == [AnswerVoiceRequest(request)]
+    store = VoiceStore(tmp_path)
+    await asyncio.to_thread(store.open)
+    try:
+        desk = VoiceDesk(h.engine, h.settings, store)
+        result = await desk.answer(request)
+        assert isinstance(result, protocol.VoiceListResult) and result.request_id == "r1"
+        assert any(v["name"] == "tone" for v in result.voices)
+        resolved = await desk.resolve_config_voices(protocol.SessionConfig(voice="TONE"))
+        assert resolved.voice == "TONE"  # an engine voice is left for the validator
+    finally:
+        await asyncio.to_thread(store.close)
+
+
+async def test_ping_close_and_errors(h: Harness) -> None:
+    assert h.handle(protocol.Ping(id=7)) == [protocol.Pong(id=7)]
+    assert h.handle(protocol.SessionClose()) == [Close(CloseCode.NORMAL, "session.close")]
+    refused = h.session.report_error(
+        GatewayError(ErrorCode.UNKNOWN_VOICE, "no"),
+        request_id="x",
+        may_be_fatal=False,
+    )
+    assert _types(refused) == [protocol.Error] and refused[0].request_id == "x"
+    assert h.session.begin_close() == []
+    assert h.session.state is State.CLOSING
+    assert h.session.begin_close() is None  # closing once
+
+
+async def test_drain_cancels_open_utterances_and_refuses_new_ones(h: Harness) -> None:
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="still typing", context_id="a"))
+    actions = h.session.begin_drain()
+    assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone]
+    error = _error(h.handle(protocol.InputText(text="more", context_id="b")))
+    assert error.code == ErrorCode.BUSY
+
+
+def test_every_client_message_is_dispatched() -> None:
+    """``handle`` ends in ``assert_never``: mypy proves the match exhaustive;
+    this checks that each message class has a case of its own."""
+    import inspect
+
+    from gateway.session import core as session
+
+    source = inspect.getsource(session.Session._dispatch)
+    for cls in protocol.CLIENT_MESSAGES:
+        assert f"protocol.{cls.__name__}(" in source, cls
+
+
+@pytest.mark.parametrize(
+    ("text", "words", "position", "spoken", "unspoken"),
+    [
+        # verbatim words: punctuation stays glued to the word
+        ("Hi, you there.", ["Hi", "you", "there"], 150.0, "Hi, you", "there."),
+        # normalised words (not in the text): whitespace tokens, same count
+        (
+            "It costs 42 euros.",
+            ["It", "costs", "forty-two", "euros"],
+            250.0,
+            "It costs 42",
+            "euros.",
+        ),
+        # different counts: proportional
+        ("Pay 42 now.", ["Pay", "forty", "two", "now"], 250.0, "Pay 42", "now."),
+        ("Pay 42 now.", ["Pay", "forty", "two", "now"], 0.0, "", "Pay 42 now."),
+        ("Pay 42 now.", ["Pay", "forty", "two", "now"], 999.0, "Pay 42 now.", ""),
+    ],
+)
+def test_heard_split_falls_back_to_whitespace_tokens(
+    text: str, words: list[str], position: float, spoken: str, unspoken: str
+) -> None:
+    utt = Utterance(index=0, config=protocol.EffectiveConfig(**_DEFAULTS))
+    sentence = utt.add_sentence(text)
+    sentence.started = True
+    sentence.words = tuple(WordTiming(w, i * 100.0, (i + 1) * 100.0) for i, w in enumerate(words))
+    assert utt.heard_split(position, "") == (spoken, unspoken)
