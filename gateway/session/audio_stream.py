@@ -65,14 +65,11 @@ from gateway.flow.budget import DecodeBudget
 from gateway.ops.metrics import Metrics
 from gateway.session.contexts import Context
 from gateway.session.utterance import Sentence, Utterance
+from gateway.text.duration import estimate_seconds
 from gateway.text.queue import SegmentQueue
 from gateway.ws.outbound import ConnectionGone
 
 log = logging.getLogger(__name__)
-
-#: speech length per character of text, to estimate a segment's duration
-#: before the engine knows it (English at speed 1 is about 0.06 s)
-SECONDS_PER_CHAR = 0.06
 
 
 class Sender(Protocol):
@@ -265,7 +262,7 @@ class AudioStream:
         if current is not None and current.utterance is utterance and current.job is not None:
             total = current.job.stats.audio_seconds
             if total is None:
-                total = len(current.sentence.text) * SECONDS_PER_CHAR / utterance.config.speed
+                total = estimate_seconds(current.sentence.text, utterance.config.speed)
             ahead += max(0.0, total - current.sent_ms / 1000)
         return ahead
 

@@ -38,13 +38,14 @@ from gateway.engines.base import Engine
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import Admission
 from gateway.flow.budget import DecodeBudget
-from gateway.session.audio_stream import SECONDS_PER_CHAR, AudioStream, Segment, Sender, StreamEnv
+from gateway.session.audio_stream import AudioStream, Segment, Sender, StreamEnv
 from gateway.session.cancel_report import cancel_report
 from gateway.session.capabilities import capabilities_message
 from gateway.session.config import apply_config, clone_options, default_config
 from gateway.session.contexts import Context, Contexts
 from gateway.session.utterance import Sentence, Utterance
 from gateway.session.voice_requests import VoiceRequest
+from gateway.text.duration import estimate_seconds
 from gateway.text.policy import LOAD_ALLOWANCE_S, PolicyConfig, SegmentPolicy
 from gateway.text.segmenter import Segmenter
 
@@ -316,7 +317,7 @@ class Session:
             lead_s=self.engine.capabilities.typical_first_chunk_s + LOAD_ALLOWANCE_S,
             first_min_words=self.settings.first_segment_min_words,
             min_words=self.settings.phrase_min_words,
-            seconds_per_char=SECONDS_PER_CHAR / self.config.speed,
+            speed=self.config.speed,
         )
         # one WAV per segment without streamed audio: no early cuts there
         return SegmentPolicy(segmenter, config, timed=self.config.stream_audio)
@@ -329,7 +330,7 @@ class Session:
             for sentence in utt.sentences:
                 if sentence.finished or utt.cancelled:
                     continue
-                estimate = len(sentence.text) * SECONDS_PER_CHAR / utt.config.speed
+                estimate = estimate_seconds(sentence.text, utt.config.speed)
                 sent = (utt.sent_ms - sentence.start_ms) / 1000 if sentence.started else 0.0
                 ahead += max(0.0, estimate - sent)
         return ahead

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from gateway.bench.measure import tokenize
 from gateway.flow.listener import ListenerBuffer
+from gateway.text.duration import estimate_seconds
 from gateway.text.policy import SUB_CLAUSE_KINDS, Cut, PolicyConfig, SegmentPolicy
 from gateway.text.segmenter import Segmenter
 
@@ -40,7 +41,7 @@ class Listener:
     def commit(self, t: float, cuts: list[Cut]) -> None:
         for cut in cuts:
             end = max(t + self.ahead(t), t + self.config.lead_s)
-            self.dry_at = end + len(cut.text) * self.config.seconds_per_char
+            self.dry_at = end + estimate_seconds(cut.text, self.config.speed)
             self.commits.append((t, cut))
 
 
@@ -146,7 +147,7 @@ def _ends(listener: Listener) -> list[float]:
     end = None
     for t, cut in listener.commits:
         start = max(t + CONFIG.lead_s, end if end is not None else t)
-        end = start + len(cut.text) * CONFIG.seconds_per_char
+        end = start + estimate_seconds(cut.text, CONFIG.speed)
         ends.append(end)
     return ends
 
@@ -260,7 +261,7 @@ def test_counts_by_kind() -> None:
 def test_next_check_is_when_the_tier_is_reached() -> None:
     policy = SegmentPolicy(Segmenter("auto"), PolicyConfig(recheck_s=10.0))
     assert texts(policy.push("Okay. One two three four five six seven", 0.0, 5.0)) == ["Okay."]
-    ahead = 5.0 + len("Okay.") * CONFIG.seconds_per_char  # what the caller sees now
+    ahead = 5.0 + estimate_seconds("Okay.", CONFIG.speed)  # what the caller sees now
     at = policy.next_check(0.0, ahead)
     assert at == pytest.approx(ahead - CONFIG.lead_s - CONFIG.margin_s)
     assert policy.poll(at - 0.01, ahead - (at - 0.01)) == []
