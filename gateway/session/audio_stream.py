@@ -301,10 +301,7 @@ class AudioStream:
         """Hold a frame until the context's listener window admits it;
         False if the utterance was cancelled meanwhile (drop the frame)."""
         out = self.env.out
-        admitted = await ctx.flow.admit(frame_ms, lambda: utt.cancelled or out.gone)
-        if admitted:  # the send clock of the listener-buffer estimate
-            ctx.listener.on_sent(frame_ms, time.monotonic())
-        return admitted
+        return await ctx.listener.admit(frame_ms, lambda: utt.cancelled or out.gone)
 
     def _first_audio(self, utt: Utterance) -> None:
         utt.first_audio_at = time.monotonic()

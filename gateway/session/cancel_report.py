@@ -5,7 +5,7 @@ sent and heard, the text split into spoken and unspoken), then
 ``audio.done`` for the sentence that was open when the audio stopped (if
 it belongs to that utterance) and ``session.done``, all marked
 ``cancelled: true``.  No I/O, no clock: the caller passes the listener's
-position (``ListenerWindow.position``).
+position (``gateway.flow.listener.Listener.position``).
 """
 
 from __future__ import annotations

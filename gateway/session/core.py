@@ -394,8 +394,8 @@ class Session:
         )
         self.utterances_started += 1
         ctx.utterance = utt
-        ctx.flow.configure(self.config.flow_control, self.config.max_lead_ms)
-        utt.flow_offset_ms = ctx.flow.sent_ms
+        ctx.listener.configure(self.config.flow_control, self.config.max_lead_ms)
+        utt.flow_offset_ms = ctx.listener.sent_ms
         self.metrics.utterances.inc()
         return utt
 
@@ -497,14 +497,13 @@ class Session:
         if ctx is None:
             return
         now = time.monotonic()
-        ctx.flow.on_played(played_ms)
         # read under every flow-control mode since protocol 1.1: the
         # segmentation policy plans with the listener's buffer
         ctx.listener.on_played(played_ms, now)
         # an underrun the server caused: the listener has played everything
         # sent while the server still had text of this context to speak
         # (waiting for more text from the client is starvation, not counted)
-        starved = played_ms >= ctx.flow.sent_ms and self._stream_for(ctx).has_work_for(ctx)
+        starved = played_ms >= ctx.listener.sent_ms and self._stream_for(ctx).has_work_for(ctx)
         if starved and not ctx.underrun:
             self.metrics.underruns.inc()
         ctx.underrun = starved
@@ -579,7 +578,7 @@ class Session:
             ctx.utterance.unsent_text = ctx.policy.discard().strip()
             ctx.utterance = None
         ctx.pending = [u for u in ctx.pending if u not in utterances]
-        ctx.flow.interrupt()
+        ctx.listener.interrupt()
         ctx.cancel_segment_timer()
         stream = self._stream_for(ctx)
         stream.drop_utterances(utterances)
@@ -598,7 +597,7 @@ class Session:
         open_sentence: Sentence | None,
         sent_bytes: int,
     ) -> list[protocol.ServerMessage]:
-        position, source = ctx.flow.position(time.monotonic())
+        position, source = ctx.listener.position(time.monotonic())
         for utt in utterances:
             self.metrics.cancels.inc()
             self._release_slot(utt)
@@ -625,7 +624,7 @@ class Session:
         for ctx in self.contexts:
             for utt in ctx.open_utterances():
                 utt.cancelled = True
-            ctx.flow.interrupt()
+            ctx.listener.interrupt()
         for stream in self.streams():
             stream.cancel_jobs()
 
