@@ -17,7 +17,6 @@ import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from gateway.audio.resample import StreamResampler
 from gateway.errors import ErrorCode, GatewayError
 from gateway.flow.listener import Listener
 from gateway.session.utterance import Utterance
@@ -44,8 +43,6 @@ class Context:
     segment_timer: asyncio.TimerHandle | None = None
     #: the listener: admission, cancel positions, audio ahead for segmentation
     listener: Listener = field(default_factory=Listener)
-    resampler: StreamResampler | None = None
-    resampler_utterance: Utterance | None = None
     underrun: bool = False  #: in an underrun episode (metrics count episodes)
 
     def open_utterances(self) -> list[Utterance]:

@@ -307,7 +307,7 @@ def _utterance(*sentences: tuple[str, float, float, bool]) -> Utterance:
     spread evenly over the audio."""
     utt = Utterance(index=3, config=protocol.EffectiveConfig(**_DEFAULTS))
     for text, start, length, finished in sentences:
-        s = utt.add_sentence(text)
+        s = utt.add_segment(text)
         s.started, s.finished, s.start_ms, s.audio_ms = True, finished, start, length
         words = text.split()
         span = length / len(words)
@@ -365,7 +365,7 @@ def test_cancel_report_closes_the_open_sentence_of_its_utterance() -> None:
     first = _utterance(("One two.", 0, 200, True))
     second = _utterance(("Three four.", 0, 120, False))
     second.unsent_text = "five six"
-    open_sentence = second.sentences[0]
+    open_sentence = second.segments[0]
     messages = cancel_report(None, [first, second], 50.0, "estimate", open_sentence, 999)
     kinds = [type(m) for m in messages]
     assert kinds == [
@@ -482,7 +482,7 @@ def test_heard_split_falls_back_to_whitespace_tokens(
     text: str, words: list[str], position: float, spoken: str, unspoken: str
 ) -> None:
     utt = Utterance(index=0, config=protocol.EffectiveConfig(**_DEFAULTS))
-    sentence = utt.add_sentence(text)
+    sentence = utt.add_segment(text)
     sentence.started = True
     sentence.words = tuple(WordTiming(w, i * 100.0, (i + 1) * 100.0) for i, w in enumerate(words))
     assert utt.heard_split(position, "") == (spoken, unspoken)
