@@ -77,7 +77,7 @@ class Utterance:
     def audio_done(
         self,
         context_id: str | None,
-        sentence: Segment,
+        segment: Segment,
         total_bytes: int,
         *,
         error: bool = False,
@@ -86,9 +86,9 @@ class Utterance:
         return protocol.AudioDone(
             context_id=context_id,
             utterance_index=self.index,
-            sentence_index=sentence.index,
+            sentence_index=segment.index,
             total_bytes=total_bytes,
-            audio_ms=round(sentence.audio_ms, 3),
+            audio_ms=round(segment.audio_ms, 3),
             error=error,
             cancelled=cancelled,
         )
@@ -140,44 +140,44 @@ class Utterance:
         """Split the utterance's text into (spoken, unspoken) at a position.
 
         With word timings a word counts as spoken if it started before the
-        position; without, a sentence counts only if all of it was before the
+        position; without, a segment counts only if all of it was before the
         position.  Text still in the segmenter (``buffered``) is unspoken.
         """
         spoken: list[str] = []
         unspoken: list[str] = []
-        for sentence in self.segments:
-            if not sentence.started:
-                unspoken.append(sentence.text)
+        for segment in self.segments:
+            if not segment.started:
+                unspoken.append(segment.text)
                 continue
-            if sentence.words:
-                heard, rest = _split_words(sentence, position_ms)
+            if segment.words:
+                heard, rest = _split_words(segment, position_ms)
                 if heard:
                     spoken.append(heard)
                 if rest:
                     unspoken.append(rest)
-            elif sentence.finished and sentence.start_ms + sentence.audio_ms <= position_ms:
-                spoken.append(sentence.text)
+            elif segment.finished and segment.start_ms + segment.audio_ms <= position_ms:
+                spoken.append(segment.text)
             else:
-                unspoken.append(sentence.text)
+                unspoken.append(segment.text)
         if buffered.strip():
             unspoken.append(buffered.strip())
         return " ".join(spoken), " ".join(unspoken)
 
 
-def _split_words(sentence: Segment, position_ms: float) -> tuple[str, str]:
-    """Cut a sentence's text after the last word that started before the
+def _split_words(segment: Segment, position_ms: float) -> tuple[str, str]:
+    """Cut a segment's text after the last word that started before the
     position, keeping the original characters (punctuation included).
 
     The engine's words are found in the text verbatim, in order.  When they
     are not (an engine that normalises ``42`` to ``forty two``), the text's
     whitespace tokens stand in for them, matched by count (proportionally if
     the counts differ)."""
-    words = sentence.words
+    words = segment.words
     assert words is not None
-    text = sentence.text
+    text = segment.text
     heard = 0
     for word in words:
-        if sentence.start_ms + word.start_ms >= position_ms:
+        if segment.start_ms + word.start_ms >= position_ms:
             break
         heard += 1
     if heard == 0:

@@ -25,14 +25,10 @@ from gateway.audio.encoding import encode
 from gateway.audio.framing import FrameFlags, unpack_frame
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import (
-    EngineStream,
     SegmentStats,
-    StreamRequest,
-    SynthesisError,
     WordTiming,
 )
-from gateway.engines.delivery import DeliveredJob, pump
-from gateway.engines.synthetic import SyntheticEngine, ToneStream, ToneWork
+from gateway.engines.synthetic import ToneWork
 from gateway.errors import ErrorCode, GatewayError
 from gateway.flow.budget import DecodeBudget
 from gateway.flow.listener import Listener
@@ -43,33 +39,7 @@ from gateway.session.utterance import Segment, Utterance
 from gateway.text.policy import SegmentPolicy
 from gateway.text.segmenter import Segmenter
 from tests.conftest import test_settings as make_settings
-
-
-class StereoWork(ToneWork):
-    """Chunks of the wrong shape: the gateway's resampler raises on them
-    (an exception that is not a ``SynthesisError``)."""
-
-    def decode(self, index: int) -> np.ndarray:
-        mono = super().decode(index)
-        return np.stack([mono, mono], axis=1)
-
-
-class FaultyStream(ToneStream):
-    def start(self, job: DeliveredJob) -> None:
-        if "refuse" in job.text:
-            raise SynthesisError("the reference audio cannot be read", refused=True)
-        if "stereo" in job.text:
-            pump(job, StereoWork(job.text, self.request.speed))
-            return
-        super().start(job)
-
-
-class FaultyEngine(SyntheticEngine):
-    """The synthetic engine, refusing text with "refuse" in it and giving
-    stereo chunks for text with "stereo" in it."""
-
-    def open_stream(self, request: StreamRequest) -> EngineStream:
-        return FaultyStream(request, self)
+from tests.session.faulty_engine import FaultyEngine
 
 
 class RecordingSender:
