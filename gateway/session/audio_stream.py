@@ -141,8 +141,9 @@ class StreamHost(Protocol):
         ``audio.done``, after an ``error`` if it failed."""
         ...
 
-    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
-        """A segment of ``ctx`` is out of the stream: ``session.done`` of the
+    def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """The stream is done with a segment of ``ctx`` (finished, failed or
+        cancelled) and has taken it off its queue: ``session.done`` of the
         utterances that are now complete."""
         ...
 
@@ -423,7 +424,7 @@ class AudioStream:
                 self.close_if_complete(item.utterance)
                 # a cancel that arrived while audio.done was going out
                 await self._report_cancel(item.context, None, 0)
-                await self._send(self.env.host.segment_ended(item.context))
+                await self._send(self.env.host.segment_dequeued(item.context))
         except ConnectionGone:
             self.env.host.connection_lost()
 

@@ -488,7 +488,7 @@ class Session:
         ctx.utterance = None
         ctx.pending.append(utt)
         ctx.policy.end_utterance()
-        return list(self.segment_ended(ctx))
+        return list(self.segment_dequeued(ctx))
 
     def _on_playback(self, cid: str | None, played_ms: float) -> None:
         ctx = self.contexts.get(cid)
@@ -596,7 +596,7 @@ class Session:
         messages.append(utt.audio_done(ctx.id, segment, sent_bytes, error=failure is not None))
         return messages
 
-    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
+    def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
         """``session.done`` for each finished utterance of ``ctx``, in order."""
         stream = self._stream_for(ctx)
         messages: list[protocol.ServerMessage] = []

@@ -73,7 +73,7 @@ class RecordingHost:
     def __init__(self, listener: Listener | None = None) -> None:
         self.reports: list[tuple[Any, ...]] = []
         self.listener = listener or Listener()
-        self.ended = asyncio.Event()
+        self.dequeued = asyncio.Event()
         self.cancelled = asyncio.Event()
 
     def segment_started(self, item: QueuedSegment) -> list[protocol.ServerMessage]:
@@ -101,9 +101,9 @@ class RecordingHost:
         self.reports.append(("finished", item.segment.index, sent_bytes, samples, failure))
         return _marker(f"done {item.segment.index}")
 
-    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
-        self.reports.append(("ended",))
-        self.ended.set()
+    def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
+        self.reports.append(("dequeued",))
+        self.dequeued.set()
         return []
 
     def cancelled_audio_ended(
@@ -161,11 +161,11 @@ class Rig:
             segment = self.utterance.add_segment(text)
             self.stream.enqueue(QueuedSegment(self.context, self.utterance, segment))
 
-    async def until_ended(self, count: int) -> None:
+    async def until_dequeued(self, count: int) -> None:
         async with asyncio.timeout(10):
-            while sum(r[0] == "ended" for r in self.host.reports) < count:
-                self.host.ended.clear()
-                await self.host.ended.wait()
+            while sum(r[0] == "dequeued" for r in self.host.reports) < count:
+                self.host.dequeued.clear()
+                await self.host.dequeued.wait()
 
 
 def _rig(host: RecordingHost | None = None, **config: Any) -> Rig:
@@ -193,8 +193,8 @@ async def test_segments_are_reported_in_order_with_their_audio() -> None:
     async with _rig(timestamps=True) as rig:
         rig.speak(*texts)  # the task starts at the first await
         before = _snapshot(rig.context, rig.utterance, *rig.utterance.segments)
-        await rig.until_ended(2)
-    assert rig.host.kinds() == ["started", "words", "job", "finished", "ended"] * 2
+        await rig.until_dequeued(2)
+    assert rig.host.kinds() == ["started", "words", "job", "finished", "dequeued"] * 2
     # the core's answers go out in order with the audio
     assert rig.out.markers() == ["start 0", "words 0", "done 0", "start 1", "words 1", "done 1"]
     kinds = ["audio" if kind == "audio" else str(m.id) for kind, m in rig.out.log]
@@ -222,7 +222,7 @@ async def test_resampled_segments_of_an_utterance_join_as_one_signal() -> None:
     texts = ("Hello there.", "How are you today?")
     async with _rig(sample_rate=16000) as rig:
         rig.speak(*texts)
-        await rig.until_ended(2)
+        await rig.until_dequeued(2)
     offline = StreamResampler(22050, 16000)
     signal = np.concatenate([_tone(t) for t in texts])
     whole = np.concatenate([offline.process(signal), offline.flush()])
@@ -232,7 +232,7 @@ async def test_resampled_segments_of_an_utterance_join_as_one_signal() -> None:
 async def test_an_engine_refusal_fails_its_segment_with_the_engine_code() -> None:
     async with _rig() as rig:
         rig.speak("Please refuse this.", "Then go on.")
-        await rig.until_ended(2)
+        await rig.until_dequeued(2)
     (_, _, sent, samples, failure), (*_, after) = rig.host.finished()
     assert isinstance(failure, GatewayError) and failure.code == ErrorCode.ENGINE_REFUSED
     assert "the reference audio cannot be read" in failure.message
@@ -246,7 +246,7 @@ async def test_an_exception_that_is_not_a_synthesis_error_is_internal_and_logged
     async with _rig() as rig:
         rig.speak("Give me stereo now.", "Then go on.")
         with caplog.at_level(logging.ERROR, logger="tests.audio_stream"):
-            await rig.until_ended(2)
+            await rig.until_dequeued(2)
     (*_, failure), (*_, after) = rig.host.finished()
     assert isinstance(failure, GatewayError) and failure.code == ErrorCode.INTERNAL
     assert "mono" not in failure.message and "ValueError" not in failure.message
@@ -285,7 +285,7 @@ async def test_tagged_frames_carry_the_cores_positions() -> None:
         rig.context.sequence = 41
         rig.utterance.sent_ms = 1000.0
         rig.speak("Short one.")
-        await rig.until_ended(1)
+        await rig.until_dequeued(1)
     headers = [unpack_frame(p)[0] for p in rig.out.payloads()]
     assert len(headers) > 2
     assert {(h.context, h.utterance_index, h.sequence) for h in headers} == {(7, 0, 41)}
