@@ -20,10 +20,20 @@ receptive field, about 11 latent frames for Piper's medium voices), so a chunk
 returns exactly the samples of ``[start, end)``, holding any extra for the
 next chunk.
 
-Activations are time-major (``[samples, channels]``) and convolutions run
-unpadded on the carried tail plus the new input, in oneDNN on the CPU (see
-``_conv``).  A sum of one matrix product per kernel tap was tried and
-measured no faster on the 2-core CPU.
+Activations are time-major (``[batch, samples, channels]``; a stream's own
+state has a batch of 1) and convolutions run unpadded on the carried tail
+plus the new input, in oneDNN on the CPU (see ``_conv``).  A sum of one
+matrix product per kernel tap was tried and measured no faster on the 2-core
+CPU.
+
+Batched steps (``push_batch``): after an utterance's first push every layer's
+lag is fixed, so every stream of a model carries state of the same shapes
+(``DecoderStream.batch_key``) and streams pushing the same number of frames
+can run one step together: their state tensors are stacked on the batch
+dimension, the layers run once, and each stream takes its row of the new
+state back.  The result is bit-identical to pushing each stream alone
+(tested); what it saves on the CPU is measured in ``bench/vocoder_batch.py``
+(docs/engine.md).  The decode worker does not use it yet.
 
 Bounded shapes: oneDNN compiles (JIT) one primitive per convolution shape and
 keeps it in a process-wide cache (1,024 entries by default, LRU).  The latent
