@@ -36,9 +36,9 @@ from gateway.engines.orpheus.completions import (
     StreamFailure,
     Tokens,
 )
+from gateway.engines.orpheus.settings import OrpheusSettings
 from gateway.engines.pool.failover import Attempt, Exchange, FirstByte, Wording, failover
 from gateway.engines.pool.replicas import ReplicaClient
-from gateway.settings import OrpheusSettings
 
 
 class TokenSink(Protocol):

@@ -54,8 +54,9 @@ from gateway.engines.orpheus.client import CompletionsClient
 from gateway.engines.orpheus.codes import SAMPLE_RATE
 from gateway.engines.orpheus.completions import Sampling, completion_body
 from gateway.engines.orpheus.prompt import PromptBuilder, max_tokens
+from gateway.engines.orpheus.settings import OrpheusSettings
 from gateway.engines.pool.engine import PoolEngine, PoolStream
-from gateway.settings import OrpheusSettings, SettingsError
+from gateway.errors import SettingsError
 
 if TYPE_CHECKING:
     from gateway.engines.orpheus.decoder import DecodeWorker

@@ -29,7 +29,7 @@ from typing import Protocol, TypeVar
 import httpx
 
 from gateway.engines.pool.routing import Outcome, Pool, PoolPolicy
-from gateway.settings import PoolSettings, redact_url
+from gateway.engines.pool.settings import PoolSettings, redact_url
 
 
 class _Outcome(Protocol):

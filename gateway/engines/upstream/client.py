@@ -33,6 +33,7 @@ import numpy.typing as npt
 from gateway.audio.resample import StreamResampler
 from gateway.engines.pool.failover import Attempt, Exchange, FirstByte, Wording, failover
 from gateway.engines.pool.replicas import ReplicaClient
+from gateway.engines.upstream.settings import UpstreamSettings
 from gateway.engines.upstream.wire import (
     Format,
     ResponseDecoder,
@@ -40,7 +41,6 @@ from gateway.engines.upstream.wire import (
     UpstreamFailure,
     WireError,
 )
-from gateway.settings import UpstreamSettings
 
 
 class Sink(Protocol):
