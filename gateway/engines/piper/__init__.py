@@ -2,17 +2,13 @@
 
 Requires the ``gateway[piper]`` extra (piper-tts is GPL-3.0-or-later).
 ``PiperEngine`` is imported on first use: ``gateway.settings`` reads this
-package's ``settings`` section whatever the engine, without loading torch.
+package's ``settings`` section whatever the engine, without loading torch
+(or setting torch's ``OMP_WAIT_POLICY``, which ``engine`` does).
 """
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
-
-# torch's OpenMP pool reads this when torch loads; a spinning pool fights
-# onnxruntime's on a small machine (measured: 2x latency on 2 cores).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 if TYPE_CHECKING:
     from gateway.engines.piper.engine import PiperEngine
