@@ -187,7 +187,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     ),
     ("number", rf"(?<![\w.,/:@*^])(-|−)?({_DEC}){_E}"),
     ("abbreviation", rf"(?<![\w.])({_ABBR_ALT})(?![\w])"),
-    ("street", r"(?<=[a-z] )St\.(?=\s|$|,)"),
+    ("street", r"(?<=[a-z] )St\.?(?=\s|$|,)"),
     ("saint", r"(?<![\w.])St\.(?= [A-Z])"),
     ("number_sign", r"(?<![\w&])#(\d{1,6})\b"),
     ("amp", r"(?<= )&(?= )"),
@@ -503,7 +503,8 @@ def _ends_sentence(text: str, end: int) -> bool:
 
 
 def _street(m: re.Match[str], text: str) -> str:
-    return "Street." if _ends_sentence(text, m.end()) else "Street"
+    dot = m.group().endswith(".") and _ends_sentence(text, m.end())
+    return "Street." if dot else "Street"
 
 
 def _saint(m: re.Match[str], _: str) -> str:
