@@ -72,7 +72,7 @@ MARKDOWN: list[tuple[str, str]] = [
     ("Hello <b>bold</b> text", "Hello bold text"),
     ("line<br/>break", "linebreak"),
     ("a <!-- hidden --> b", "a  b"),
-    ("<div class=\"x\">in</div>", "in"),
+    ('<div class="x">in</div>', "in"),
     # escapes
     (r"\*not emphasis\*", "*not emphasis*"),
     (r"1\. not a list", "1. not a list"),
@@ -113,7 +113,9 @@ EMOJI: list[tuple[str, str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("written", "mode", "spoken"), EMOJI, ids=[f"{w}-{m}" for w, m, _ in EMOJI])
+@pytest.mark.parametrize(
+    ("written", "mode", "spoken"), EMOJI, ids=[f"{w}-{m}" for w, m, _ in EMOJI]
+)
 def test_emoji(written: str, mode: str, spoken: str) -> None:
     assert md(written, emoji=mode) == spoken
 
@@ -137,8 +139,15 @@ def segments(parts: list[str], **options: object) -> list[str]:
 
 
 def test_emphasis_opened_in_one_segment_is_closed_in_a_later_one() -> None:
-    assert segments(["**Step one.", "Step two.**", "After."]) == ["Step one.", "Step two.", "After."]
-    assert segments(["She said *this is", "true* and left."]) == ["She said this is", "true and left."]
+    assert segments(["**Step one.", "Step two.**", "After."]) == [
+        "Step one.",
+        "Step two.",
+        "After.",
+    ]
+    assert segments(["She said *this is", "true* and left."]) == [
+        "She said this is",
+        "true and left.",
+    ]
 
 
 def test_code_fence_carried_across_segments() -> None:

@@ -138,7 +138,11 @@ CASES: list[tuple[str, str, str]] = [
     ("phone", "(555) 123-4567", "five five five, one two three, four five six seven"),
     ("phone", "555.123.4567", "five five five, one two three, four five six seven"),
     ("phone", "+1 555-123-4567", "plus one, five five five, one two three, four five six seven"),
-    ("phone", "call +1 (555) 123-4567 now", "call plus one, five five five, one two three, four five six seven now"),
+    (
+        "phone",
+        "call +1 (555) 123-4567 now",
+        "call plus one, five five five, one two three, four five six seven now",
+    ),
     # units
     ("unit", "5 kg", "five kilograms"),
     ("unit", "1 kg", "one kilogram"),
@@ -179,7 +183,11 @@ CASES: list[tuple[str, str, str]] = [
     ("url", "docs.python.org/3/", "docs dot python dot org slash three"),
     # abbreviations in context
     ("abbreviation", "Elm St.", "Elm Street."),
-    ("abbreviation", "123 Main St, Springfield", "one hundred twenty three Main Street, Springfield"),
+    (
+        "abbreviation",
+        "123 Main St, Springfield",
+        "one hundred twenty three Main Street, Springfield",
+    ),
     ("abbreviation", "St. Louis", "Saint Louis"),
     ("abbreviation", "Mr. Smith", "Mister Smith"),
     ("abbreviation", "Mrs. Jones", "Missus Jones"),
@@ -235,7 +243,9 @@ def test_the_table_has_150_cases_over_every_category() -> None:
     }  # fmt: skip
 
 
-@pytest.mark.parametrize(("category", "written", "spoken"), CASES, ids=[c[1] or "empty" for c in CASES])
+@pytest.mark.parametrize(
+    ("category", "written", "spoken"), CASES, ids=[c[1] or "empty" for c in CASES]
+)
 def test_normalization(category: str, written: str, spoken: str) -> None:
     assert speak(written) == spoken
 
