@@ -561,6 +561,12 @@ class Segmenter:
         if is_clause:
             if _token_before(body, s).lower() in _NEVER_BREAK:
                 return _NO
+            if last == "," and s > 0 and body[s - 1].isdigit():
+                visible = self._next_visible(body, e, final=final)
+                if visible is None:
+                    return _NO if final else _WAIT
+                if visible.isdigit():
+                    return _NO  # "Dec 1, 2026", "3, 4, 5": one run of numbers
             return self._cut_ok(body, e, final=final)
         if any(ch in _STRONG for ch in sig):
             return self._cut_ok(body, e, final=final)

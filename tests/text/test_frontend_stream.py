@@ -98,6 +98,13 @@ def test_markdown_lines_are_boundaries() -> None:
     assert run(["Plain line\nnext line"], fmt="plain") == ["Plain line\nnext line"]
 
 
+def test_no_clause_cut_between_numbers() -> None:
+    assert run(["It runs January 15, 2025 to May, then stops."], fmt="plain") == [
+        "It runs January 15, 2025 to May,",
+        "then stops.",
+    ]
+
+
 def test_a_table_row_is_one_segment() -> None:
     text = "| Name | Note |\n|---|---|\n| Al | Hi. Bye. |\n| Bo | Yes! |\nDone."
     assert run([text]) == [

@@ -189,6 +189,8 @@ CASES: list[tuple[str, str, str]] = [
         "one hundred twenty three Main Street, Springfield",
     ),
     ("abbreviation", "St. Louis", "Saint Louis"),
+    ("abbreviation", "lives on St. Mark's Place", "lives on Saint Mark's Place"),
+    ("abbreviation", "Main St. Then", "Main Street. Then"),
     ("abbreviation", "Mr. Smith", "Mister Smith"),
     ("abbreviation", "Mrs. Jones", "Missus Jones"),
     ("abbreviation", "Dr. Who", "Doctor Who"),
