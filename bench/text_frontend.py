@@ -108,12 +108,14 @@ def bench(rounds: int, wetext: bool) -> None:
             plain = FrontEnd(FrontEndOptions(input_format="plain", normalize=False))
             reader = MarkdownReader()
             for s in segs:
-                steps["frontend"].append(timed(lambda s=s: fe.process(s)))
-                steps["frontend_plain_off"].append(timed(lambda s=s: plain.process(s)))
-                steps["markdown_reader"].append(timed(lambda s=s: reader.read(s)))
+                steps["frontend"].append(timed(lambda s=s, fe=fe: fe.process(s)))
+                steps["frontend_plain_off"].append(timed(lambda s=s, p=plain: p.process(s)))
+                steps["markdown_reader"].append(timed(lambda s=s, r=reader: r.read(s)))
                 steps["emoji"].append(timed(lambda s=s: list(drop_emoji(s))))
                 steps["normalize_en"].append(timed(lambda s=s: list(normalize(s))))
-                steps["ssml_reader"].append(timed(lambda s=s: SsmlReader().read(s.replace("<", " "))))
+                steps["ssml_reader"].append(
+                    timed(lambda s=s: SsmlReader().read(s.replace("<", " ")))
+                )
                 if md_it is not None:
                     steps["markdown_it_py"].append(timed(lambda s=s: md_it(s)))
                 if mist is not None:
@@ -125,7 +127,9 @@ def bench(rounds: int, wetext: bool) -> None:
             text = r["text"]
             for end in range(4, len(text) + 1, 4):  # ~4-character LLM tokens
                 buf = text[max(0, end - 300) : end]
-                steps["hold_back_per_token"].append(timed(lambda buf=buf: hold_back(buf, "markdown")))
+                steps["hold_back_per_token"].append(
+                    timed(lambda buf=buf: hold_back(buf, "markdown"))
+                )
     emit({"kind": "corpus", "replies": len(replies), "segments": len(flat), "rounds": rounds})
     for name, samples in steps.items():
         if samples:
@@ -181,7 +185,9 @@ def machine() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--wetext", action="store_true", help="also time WeTextProcessing (English TN)")
+    parser.add_argument(
+        "--wetext", action="store_true", help="also time WeTextProcessing (English TN)"
+    )
     parser.add_argument("--clock", choices=sorted(CLOCK), default="cpu")
     args = parser.parse_args()
     global _clock
