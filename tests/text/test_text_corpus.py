@@ -49,7 +49,10 @@ def test_corpus_files(name: str, minimum: int) -> None:
         assert r["text"].strip() and r["spoken"].strip()
 
 
-@pytest.mark.parametrize("reply", load("markdown.jsonl") + load("numbers.jsonl"), ids=lambda r: r["id"])
+ALL = load("markdown.jsonl") + load("numbers.jsonl")
+
+
+@pytest.mark.parametrize("reply", ALL, ids=lambda r: r["id"])
 def test_the_front_end_reads_the_hand_written_spoken_form(reply: dict[str, str]) -> None:
     expected = words(reply["spoken"])
     assert words(spoken(reply["text"], 0, 0)) == expected

@@ -34,15 +34,17 @@ MAX_BREAK_MS: Final = 10_000
 _MAX_TAG: Final = 1000
 
 _START: Final = re.compile(
-    r"<([A-Za-z][\w:.-]{0,40})((?:\s+[\w:.-]{1,40}\s*=\s*(?:\"[^\"<]{0,500}\"|'[^'<]{0,500}'))*)\s*(/?)>"
+    r"<([A-Za-z][\w:.-]{0,40})((?:\s{1,40}[\w:.-]{1,40}\s{0,40}=\s{0,40}(?:\"[^\"<]{0,500}\"|'[^'<]{0,500}')){0,20})\s{0,40}(/?)>"
 )
-_END: Final = re.compile(r"</([A-Za-z][\w:.-]{0,40})\s*>")
+_END: Final = re.compile(r"</([A-Za-z][\w:.-]{0,40})\s{0,40}>")
 _PI: Final = re.compile(r"<\?[^<>]{0,500}\?>")
 _COMMENT: Final = re.compile(r"<!--.{0,2000}?-->", re.DOTALL)
-_ATTR: Final = re.compile(r"([\w:.-]{1,40})\s*=\s*(?:\"([^\"<]{0,500})\"|'([^'<]{0,500})')")
+_ATTR: Final = re.compile(
+    r"([\w:.-]{1,40})\s{0,40}=\s{0,40}(?:\"([^\"<]{0,500})\"|'([^'<]{0,500})')"
+)
 _ENTITY: Final = re.compile(r"&(?:(amp|lt|gt|quot|apos)|#(\d{1,7})|#x([0-9A-Fa-f]{1,6}));")
 _NAMED: Final = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
-_TIME: Final = re.compile(r"\s*(\d{1,6}(?:\.\d{1,3})?)\s*(ms|s)\s*")
+_TIME: Final = re.compile(r"\s{0,10}(\d{1,6}(?:\.\d{1,3})?)\s{0,10}(ms|s)\s{0,10}")
 _STRENGTH: Final = {
     "none": 0,
     "x-weak": 100,
