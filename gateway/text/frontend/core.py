@@ -44,7 +44,7 @@ class FrontEnd:
         self._markdown = (
             MarkdownReader(keep_tags=tags) if options.input_format == "markdown" else None
         )
-        self._ssml = SsmlReader() if options.input_format == "ssml" else None
+        self._ssml = SsmlReader(keep_tags=tags) if options.input_format == "ssml" else None
         stages: list[Callable[[str], Iterable[Edit]]] = []
         lexicon = Lexicon(options.pronunciations)
         if lexicon:

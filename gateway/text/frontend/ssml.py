@@ -87,6 +87,7 @@ class _Held:
 
 @dataclass
 class SsmlReader:
+    keep_tags: frozenset[str] = frozenset()  # the engine's own tags: verbatim, never elements
     stack: list[str] = field(default_factory=list)
     held: _Held | None = None
     partial: str = ""  # a tag begun at the end of the previous segment
@@ -203,6 +204,9 @@ class SsmlReader:
         if m is None:
             raise SsmlError("malformed tag (write &lt; for '<')", start, out)
         name = m.group(1).lower()
+        if name in self.keep_tags and not m.group(2).strip():
+            out.append(Piece(tag, start, end, frozen=True))
+            return
         attrs = {
             a.group(1).lower(): a.group(2) if a.group(2) is not None else a.group(3) or ""
             for a in _ATTR.finditer(m.group(2))
