@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.bench.provenance import source_revision
-from gateway.text.frontend import FrontEnd, FrontEndOptions, hold_back
+from gateway.text.frontend import FrontEnd, FrontEndOptions, hold_back, warm_up
 from gateway.text.frontend.emoji import drop_emoji
 from gateway.text.frontend.markdown import MarkdownReader
 from gateway.text.frontend.normalize.en import normalize
@@ -83,6 +83,7 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def bench(rounds: int, wetext: bool) -> None:
+    warm_up()  # as the server does at start
     replies = load_corpus()
     per_reply = [segments_of(r["text"]) for r in replies]
     flat = [s for segs in per_reply for s in segs]
