@@ -42,8 +42,9 @@ import numpy as np
 import torch
 
 from gateway.engines.piper import PiperEngine
+from gateway.engines.piper.settings import PiperSettings
 from gateway.engines.piper.voice import LoadedVoice
-from gateway.settings import PiperSettings, Settings
+from gateway.settings import Settings
 from gateway.vocoders.stateful import DecoderStream, push_batch
 
 TEXT = (
