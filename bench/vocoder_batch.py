@@ -16,9 +16,11 @@ phonemizer, encoder and flow, each stream starting at another frame), and
 its first step of each shape is not timed (oneDNN compiles per shape).  The
 batched output is compared with the single one (max abs difference).
 
-Prints one JSON line per (threads, N): p50/p95 of each way in ms, the
-speed-up (single p50 / batched p50), the audio seconds per second of each
-way, and the difference.
+Prints one JSON line per (threads, N): p50/p95 of each way in wall ms and in
+process CPU ms (``time.process_time``, all threads: what a step costs the
+machine's cores, and much less disturbed than wall time by other processes
+on a shared machine), the wall speed-up (single p50 / batched p50), the CPU
+saving, the audio seconds per second of each way, and the difference.
 
     PYTHONPATH=. .venv/bin/python bench/vocoder_batch.py --streams 2,4,8,16 --threads 1,2
 """
@@ -103,6 +105,8 @@ def measure(
     lookahead = voice.vocoder.lookahead_frames
     single_ms: list[float] = []
     batched_ms: list[float] = []
+    single_cpu: list[float] = []
+    batched_cpu: list[float] = []
     diff = 0.0
     with torch.inference_mode():
         for rep in range(reps + 1):
@@ -114,13 +118,16 @@ def measure(
             order = ("single", "batched") if rep % 2 == 0 else ("batched", "single")
             for way in order:
                 t0 = time.perf_counter()
+                c0 = time.process_time()
                 if way == "single":
                     outputs[way] = [s.push(x[i]) for i, s in enumerate(a)]
                 else:
                     outputs[way] = list(push_batch(b, x))
                 elapsed = (time.perf_counter() - t0) * 1e3
+                cpu = (time.process_time() - c0) * 1e3
                 if rep > 0:  # the first repetition compiles the shapes
                     (single_ms if way == "single" else batched_ms).append(elapsed)
+                    (single_cpu if way == "single" else batched_cpu).append(cpu)
             diff = max(
                 diff,
                 max(
@@ -131,6 +138,8 @@ def measure(
     audio_s = n * frames * voice.hop_length / voice.sample_rate
     s50, s95 = summary(single_ms)
     b50, b95 = summary(batched_ms)
+    sc50, sc95 = summary(single_cpu)
+    bc50, bc95 = summary(batched_cpu)
     return {
         "kind": "vocoder_batch",
         "threads": torch.get_num_threads(),
@@ -142,6 +151,11 @@ def measure(
         "batched_ms_p50": b50,
         "batched_ms_p95": b95,
         "speedup_p50": round(s50 / b50, 3),
+        "single_cpu_ms_p50": sc50,
+        "single_cpu_ms_p95": sc95,
+        "batched_cpu_ms_p50": bc50,
+        "batched_cpu_ms_p95": bc95,
+        "cpu_saving_p50": round(1 - bc50 / sc50, 3),
         "single_audio_s_per_s": round(audio_s / (s50 / 1e3), 1),
         "batched_audio_s_per_s": round(audio_s / (b50 / 1e3), 1),
         "max_abs_diff": diff,
