@@ -334,7 +334,7 @@ class AdmissionGate:
         loop = asyncio.get_running_loop() if (granted or expired or self.queue.depth) else None
         for ticket in granted:
             self._metrics.waited(ticket.waited_s)
-        for ticket in expired:
+        for _ in expired:
             self._metrics.refused("deadline")
         for ticket in [*granted, *expired]:
             if ticket.notify is not None and loop is not None:

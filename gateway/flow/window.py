@@ -12,7 +12,15 @@ Modes (``session.config.flow_control``):
   not make the estimate drift ahead of the listener).
 
 All positions are milliseconds since the context started.  The arithmetic
-is pure (``lead_ms``, ``estimate``); ``admit`` is the thin async wait on top.
+is pure (``lead_ms``, ``estimate``, ``silent``); ``admit`` is the thin async
+wait on top.
+
+A silent ``ack`` listener: a client under ``ack`` that reads audio but never
+reports ``playback`` would hold its window closed (and its stream slot)
+forever.  When a frame has waited on a closed window for ``ack_timeout_s``
+with no ``playback`` report meanwhile (``silent``), ``admit`` raises
+``ListenerSilent``; the session cancels the utterance, reports it and tells
+the client (``error`` ``listener_silent``).
 """
 
 from __future__ import annotations
@@ -25,19 +33,35 @@ from collections.abc import Callable
 from gateway.protocol import FlowControl, PositionSource
 
 
+class ListenerSilent(Exception):
+    """An ``ack`` listener sent no ``playback`` for ``ack_timeout_s`` while a
+    frame waited on its closed window."""
+
+
 class ListenerWindow:
-    def __init__(self, mode: FlowControl = "none", max_lead_ms: float = 1000.0) -> None:
+    def __init__(
+        self,
+        mode: FlowControl = "none",
+        max_lead_ms: float = 1000.0,
+        ack_timeout_s: float | None = None,
+    ) -> None:
         self.mode: FlowControl = mode
         self.max_lead_ms = float(max_lead_ms)
+        #: ``ack`` only: a frame waiting this long with no report raises ``ListenerSilent``
+        self.ack_timeout_s = ack_timeout_s
         self.sent_ms = 0.0
         self.played_ms = 0.0  #: the last ``played_ms`` the client reported
+        self.reported_at: float | None = None  #: when the last ``playback`` arrived
         self._anchor_played = 0.0
         self._anchor_time: float | None = None
         self._changed = asyncio.Event()
 
-    def configure(self, mode: FlowControl, max_lead_ms: float) -> None:
+    def configure(
+        self, mode: FlowControl, max_lead_ms: float, ack_timeout_s: float | None = None
+    ) -> None:
         self.mode = mode
         self.max_lead_ms = float(max_lead_ms)
+        self.ack_timeout_s = ack_timeout_s
         self._changed.set()
 
     # -- pure arithmetic ---------------------------------------------------
@@ -70,6 +94,14 @@ class ListenerWindow:
         # longer than the window cannot deadlock the stream
         return lead <= 0 or lead + frame_ms <= self.max_lead_ms
 
+    def silent(self, waiting_since: float, now: float) -> bool:
+        """Under ``ack``: a frame waiting since ``waiting_since`` has seen no
+        report for ``ack_timeout_s`` (the window is closed)."""
+        if self.mode != "ack" or self.ack_timeout_s is None:
+            return False
+        quiet_since = max(waiting_since, self.reported_at or waiting_since)
+        return now - quiet_since >= self.ack_timeout_s
+
     def on_sent(self, frame_ms: float, now: float) -> None:
         if self.mode == "realtime" and (
             self._anchor_time is None or self.estimate(now) >= self.sent_ms
@@ -79,8 +111,9 @@ class ListenerWindow:
             self._anchor_time = now
         self.sent_ms += frame_ms
 
-    def on_played(self, played_ms: float) -> None:
+    def on_played(self, played_ms: float, now: float | None = None) -> None:
         """A client report; positions only move forward."""
+        self.reported_at = time.monotonic() if now is None else now
         if played_ms > self.played_ms:
             self.played_ms = played_ms
             self._changed.set()
@@ -93,15 +126,23 @@ class ListenerWindow:
     async def admit(self, frame_ms: float, stop: Callable[[], bool]) -> bool:
         """Wait until a frame of ``frame_ms`` fits, then count it as sent.
 
-        Returns False, sending nothing, if ``stop()`` turns true meanwhile."""
+        Returns False, sending nothing, if ``stop()`` turns true meanwhile;
+        raises ``ListenerSilent`` (``silent``) under ``ack``."""
+        waiting_since = time.monotonic()
         while not self.fits(frame_ms, time.monotonic()):
             if stop():
                 return False
+            now = time.monotonic()
+            if self.silent(waiting_since, now):
+                raise ListenerSilent
             self._changed.clear()
             timeout = None
             if self.mode == "realtime":
-                excess = self.lead_ms(time.monotonic()) + frame_ms - self.max_lead_ms
+                excess = self.lead_ms(now) + frame_ms - self.max_lead_ms
                 timeout = max(0.001, excess / 1000)
+            elif self.mode == "ack" and self.ack_timeout_s is not None:
+                quiet_since = max(waiting_since, self.reported_at or waiting_since)
+                timeout = max(0.001, quiet_since + self.ack_timeout_s - now)
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
             # task cancel that lands as the event is set (interrupt() then
             # stop() on disconnect), leaving the stream task alive

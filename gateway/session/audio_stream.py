@@ -62,6 +62,7 @@ from gateway.engines.base import (
 )
 from gateway.errors import ErrorCode
 from gateway.flow.budget import DecodeBudget
+from gateway.flow.window import ListenerSilent
 from gateway.ops.metrics import Metrics
 from gateway.session.contexts import Context
 from gateway.session.utterance import Sentence, Utterance
@@ -104,6 +105,11 @@ class StreamHost(Protocol):
 
     def connection_lost(self) -> None:
         """A send failed: stop all of the session's work."""
+        ...
+
+    def listener_silent(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """An ``ack`` listener of ``ctx`` stopped reporting (``ListenerSilent``):
+        the ``error`` and the cancel of its utterances."""
         ...
 
 
@@ -304,7 +310,11 @@ class AudioStream:
         """Hold a frame until the context's listener window admits it;
         False if the utterance was cancelled meanwhile (drop the frame)."""
         out = self.env.out
-        admitted = await ctx.flow.admit(frame_ms, lambda: utt.cancelled or out.gone)
+        try:
+            admitted = await ctx.flow.admit(frame_ms, lambda: utt.cancelled or out.gone)
+        except ListenerSilent:  # the utterance is cancelled: the frame is dropped
+            await self._send(self.env.host.listener_silent(ctx))
+            return False
         if admitted:  # the send clock of the listener-buffer estimate
             ctx.listener.on_sent(frame_ms, time.monotonic())
         return admitted

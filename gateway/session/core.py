@@ -427,7 +427,9 @@ class Session:
         )
         self.utterances_started += 1
         ctx.utterance = utt
-        ctx.flow.configure(self.config.flow_control, self.config.max_lead_ms)
+        ctx.flow.configure(
+            self.config.flow_control, self.config.max_lead_ms, self.settings.ack_timeout_s
+        )
         utt.flow_offset_ms = ctx.flow.sent_ms
         self.metrics.utterances.inc()
         return utt
@@ -589,7 +591,7 @@ class Session:
         if ctx is None:
             return
         now = time.monotonic()
-        ctx.flow.on_played(played_ms)
+        ctx.flow.on_played(played_ms, now)
         # read under every flow-control mode since protocol 1.1: the
         # segmentation policy plans with the listener's buffer
         ctx.listener.on_played(played_ms, now)
@@ -620,6 +622,19 @@ class Session:
         if current is not None and not self._has_work_for(current, ctx):
             self._release_slot(current)
         return messages
+
+    def listener_silent(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """Audio of ``ctx`` waited ``ack_timeout_s`` on a closed ``ack`` window
+        with no ``playback``: tell the client, cancel and report its utterances
+        (their slots are released with the report)."""
+        error = GatewayError(
+            ErrorCode.LISTENER_SILENT,
+            f"no playback report for {self.settings.ack_timeout_s:g} s while audio waited on"
+            ' the flow_control "ack" window; the utterance was cancelled. Send playback'
+            " (played_ms) as audio plays, or use flow_control realtime",
+        )
+        actions = [*self.report_error(error, ctx.id), *self.cancel(ctx.id)]
+        return [a for a in actions if not isinstance(a, Close | AnswerVoiceRequest)]
 
     def cancelled_audio_ended(
         self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int, *, delivered: bool
