@@ -258,7 +258,9 @@ async def test_a_commit_without_a_free_slot_waits_and_is_spoken_on_the_grant() -
         assert h.admission.active == 1 and h.admission.queue.depth == 1
         assert h.session.busy() and h.session.producing()
         await asyncio.sleep(0.05)
-        assert not any(isinstance(e, protocol.AudioStart) and e.context_id == "b" for e in h.out.events)
+        assert not any(
+            isinstance(e, protocol.AudioStart) and e.context_id == "b" for e in h.out.events
+        )
         h.handle(protocol.Cancel(context_id="a"))  # frees the slot: b is granted
         await h.out.wait_for(protocol.SessionDone, 2)
         assert decided == [[]]  # the grant answered nothing itself
