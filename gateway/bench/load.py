@@ -15,7 +15,9 @@
   and when they came, any other error, and the server's RSS at idle before,
   right after and ``--overload-settle-s`` after.
 
-Both print JSON lines through the runner's sink.  This module measures;
+Both print JSON lines through the runner's sink: ``http_request`` and an
+``http_load`` summary per level; ``overload_session`` per session and one
+``overload`` summary.  This module measures;
 ``gateway.bench.measure`` interprets the audio.
 """
 
@@ -112,7 +114,7 @@ async def http_load(
             ok = [r for r in results if r["status"] == 200 and r["error"] is None]
             lines.append(
                 {
-                    "kind": "summary",
+                    "kind": "http_load",
                     "target": "gateway",
                     "scenario": "http-load",
                     "level": level,
@@ -191,11 +193,12 @@ async def overload(
         await asyncio.sleep(settle_s)
     rss_settled = rss_mib(server_pid)
     lines: list[dict[str, Any]] = [
-        {**m, "address_index": m["user"] % max(1, addresses)} for m in measures
+        {**m, "kind": "overload_session", "address_index": m["user"] % max(1, addresses)}
+        for m in measures
     ]
     lines.append(
         {
-            "kind": "summary",
+            "kind": "overload",
             "target": "gateway",
             "scenario": "overload",
             "level": sessions,
