@@ -295,7 +295,26 @@ async def test_a_commit_that_waits_past_the_deadline_is_busy_and_reported() -> N
         assert actions[1].unspoken_text == "Never gets one." and actions[1].spoken_text == ""
         assert actions[2].cancelled
         assert h.admission.queue.depth == 0 and h.admission.active == 1
-        assert not h.session.producing() or h.session._has_work(h.session.contexts.get("a"))  # type: ignore[arg-type]
+        assert not h.session._has_work(h.session.contexts.get("b"))  # type: ignore[arg-type]
+    finally:
+        await h.session.shutdown()
+    assert h.admission.active == 0
+
+
+async def test_a_cancel_of_a_waiting_utterance_leaves_the_queue_and_reports_it() -> None:
+    h = Harness(max_active_streams=1)
+    try:
+        h.handle(HELD)
+        h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
+        h.handle(protocol.InputFlush(context_id="a"))
+        h.handle(protocol.InputText(text="Waits. And waits more", context_id="b"))
+        h.handle(protocol.InputFlush(context_id="b"))
+        assert h.admission.queue.depth == 1
+        actions = h.handle(protocol.Cancel(context_id="b"))
+        assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone]
+        assert actions[0].unspoken_text == "Waits. And waits more"
+        assert h.admission.queue.depth == 0 and h.admission.active == 1
+        assert not h.session._has_work(h.session.contexts.get("b"))  # type: ignore[arg-type]
     finally:
         await h.session.shutdown()
     assert h.admission.active == 0
