@@ -324,7 +324,7 @@ def test_a_request_past_the_deadline_is_busy_with_retry_after(
         assert second.status_code == 503 and second.headers["Retry-After"] == "1"
         error = second.json()["error"]
         assert error["code"] == "busy" and "within 0.2 s" in error["message"]
-        refused = 'gateway_admission_refused_total{surface="http",reason="deadline"}'
+        refused = 'gateway_admission_refused_total{reason="deadline",surface="http"}'
         assert metric(server.http, refused) == 1
 
 
