@@ -189,3 +189,9 @@ class GatewayError(Exception):
         self.param = param
         #: a ``busy`` refusal's retry advice (``retry_after_ms``, ``Retry-After``)
         self.retry_after_s = retry_after_s
+
+
+class SettingsError(ValueError):
+    """A setting is missing, malformed or out of range (raised at start, by
+    ``gateway.settings`` and by the engines' sections; ``serve`` stops with
+    exit code 2 and the message)."""
