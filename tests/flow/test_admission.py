@@ -1,4 +1,5 @@
-"""Admission (gateway.flow.admission) and the stall policy, without a server.
+"""Admission (gateway.flow.admission), without a server.  The stall rule:
+tests/flow/test_stall.py.
 
 ``SlotQueue`` is pure: the tests pass the clock.  ``AdmissionGate`` is
 tested on the event loop for its timer, notifications and metrics."""
@@ -11,7 +12,6 @@ import math
 import pytest
 
 from gateway.flow.admission import AdmissionGate, Refused, SlotQueue, Ticket
-from gateway.flow.stall import Stalled, StallGuard
 
 
 class RecordingMetrics:
@@ -215,12 +215,3 @@ async def test_a_cancelled_acquire_gives_its_place_back() -> None:
     assert gate.queue.depth == 0
     gate.release(held)
     assert gate.active == 0
-
-
-async def test_stall_guard_raises_stalled_past_the_timeout() -> None:
-    guard = StallGuard(0.01)
-    with pytest.raises(Stalled):
-        async with guard.send():
-            await asyncio.sleep(1)
-    async with StallGuard(None).send():
-        await asyncio.sleep(0)  # no timeout: never stalls
