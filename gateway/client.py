@@ -10,7 +10,9 @@
 
 Events are the protocol's own Structs (``gateway.protocol``: ``AudioStart``,
 ``AudioDone``, ``SessionDone``, ``AudioCancelled``, ...) plus ``AudioFrame``
-for binary messages and ``Disconnected`` for the end of the connection.
+for binary messages and ``Disconnected`` for the end of the connection.  The
+tagged header is read by ``voice_gateway_wire.frames`` (integrations/wire),
+the implementation the gateway and the framework plugins share.
 
 Backpressure: one reader task moves messages from the socket into a bounded
 queue (``max_queued`` items).  When the caller stops iterating, the queue
@@ -38,10 +40,10 @@ from types import TracebackType
 from typing import Self
 
 import msgspec
+from voice_gateway_wire.frames import TaggedHeader, unpack_frame
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from gateway.audio.framing import FrameFlags, TaggedHeader, unpack_frame
 from gateway.protocol import (
     AudioDone,
     AudioStart,
@@ -100,7 +102,7 @@ class AudioFrame:
 
     @property
     def is_wav_header(self) -> bool:
-        return self.header is not None and bool(self.header.flags & FrameFlags.WAV_HEADER)
+        return self.header is not None and self.header.is_wav_header
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,9 @@ class Client:
         self.max_queued = max_queued
         self.headers = headers or {}
         self.open_timeout_s = open_timeout_s
+        #: the local address to connect from (``127.0.0.x`` in the benchmark's
+        #: overload scenario, so the server sees several clients); None: any
+        self.local_host: str | None = None
         self.state = State.CONNECTING
         self.session: SessionCreated | None = None
         self.config: EffectiveConfig | None = None
@@ -167,8 +172,10 @@ class Client:
         api_key: str | None = None,
         max_queued: int = DEFAULT_MAX_QUEUED,
         open_timeout_s: float = 30.0,
+        local_host: str | None = None,
     ) -> Client:
-        """Open a session and apply ``config`` (default ``LOW_LATENCY``)."""
+        """Open a session and apply ``config`` (default ``LOW_LATENCY``);
+        ``local_host``: connect from this local address."""
         config = msgspec.structs.replace(config or LOW_LATENCY)
         if voice is not None:
             config = msgspec.structs.replace(config, voice=voice)
@@ -176,6 +183,7 @@ class Client:
         client = cls(
             url, config, max_queued=max_queued, headers=headers, open_timeout_s=open_timeout_s
         )
+        client.local_host = local_host
         await client._open()
         return client
 
@@ -194,6 +202,8 @@ class Client:
                 compression=None,
                 additional_headers=self.headers,
                 max_queue=16,
+                # passed on to loop.create_connection
+                local_addr=None if self.local_host is None else (self.local_host, 0),
             )
             first = server_decoder.decode(await self._ws.recv())
             if isinstance(first, Error):

@@ -19,7 +19,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from gateway.errors import ErrorCode, GatewayError
 
-PROTOCOL_VERSION = "1.2.0"
+PROTOCOL_VERSION = "1.3.0"
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "mulaw", "alaw"]
 ResponseFormat = Literal["wav", "pcm"]
@@ -178,7 +178,8 @@ class EngineCapabilities(msgspec.Struct, kw_only=True):
     cloning: bool  #: voices can be cloned from a recording (``voice.add``)
     instructions: bool  #: a style prompt (``instructions``) is honoured
     languages: list[str]  #: BCP-47 tags
-    #: ``segments``: the gateway segments the text; ``text_stream``: the engine does
+    #: deprecated (docs/protocol.md): the engine's declared ``input``, sent as
+    #: it is; the gateway segments the text for every engine either way
     input: Literal["segments", "text_stream"]
     max_concurrency: int  #: utterances served well at once; 0: no own limit
     typical_first_chunk_ms: float  #: engine time to a first chunk, typical, alone
@@ -287,6 +288,9 @@ class UtteranceMetrics(msgspec.Struct, kw_only=True):
     compute_ms: float  #: engine time (acoustic + decode)
     compute_rtf: float  #: compute_ms / audio_ms
     sentences: int
+    #: time its first committed segment waited for a stream slot (protocol
+    #: 1.3); part of ``first_audio_ms``
+    admission_wait_ms: float = 0.0
 
 
 class SessionDone(_Message, tag="session.done", kw_only=True):
@@ -329,6 +333,8 @@ class Error(_Message, tag="error", kw_only=True):
     action: str | None = None
     #: the ``request_id`` of the ``voice.*`` request that was refused
     request_id: RequestId = None
+    #: on ``busy`` for an utterance (protocol 1.3): milliseconds to wait before retrying
+    retry_after_ms: int | None = None
 
 
 ServerMessage = (
