@@ -127,6 +127,10 @@ class PoolSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ready_paths: list[str] = msgspec.field(
         default_factory=lambda: ["/v1/models", "/v1/audio/voices"]
     )
+    #: where a replica lists its voices, read on its own schedule ("": none)
+    voices_path: str = "/v1/audio/voices"
+    #: how often a ready replica's voice listing is read again
+    voices_interval_s: float = 30.0
     probe_interval_s: float = 2.0
     probe_timeout_s: float = 2.0
     connect_timeout_s: float = 2.0
@@ -155,6 +159,11 @@ class PoolSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                     all(p.startswith("/") for p in self.ready_paths),
                     f"{name}.ready_paths must start with /",
                 ),
+                (
+                    not self.voices_path or self.voices_path.startswith("/"),
+                    f"{name}.voices_path must start with / (or be empty)",
+                ),
+                (self.voices_interval_s > 0, f"{name}.voices_interval_s must be > 0"),
                 (self.probe_interval_s > 0, f"{name}.probe_interval_s must be > 0"),
                 (self.probe_timeout_s > 0, f"{name}.probe_timeout_s must be > 0"),
                 (self.connect_timeout_s > 0, f"{name}.connect_timeout_s must be > 0"),
@@ -218,6 +227,8 @@ class OrpheusSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
 
     #: vLLM answers ``/health`` and ``/v1/models``
     ready_paths: list[str] = msgspec.field(default_factory=lambda: ["/v1/models"])
+    #: vLLM lists no voices (the model's are ``voices`` below)
+    voices_path: str = ""
     #: folder of the model's tokenizer (``tokenizer.json`` ...), read by
     #: ``transformers.AutoTokenizer`` offline: the model folder or a copy
     tokenizer: str = ""

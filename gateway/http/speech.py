@@ -77,7 +77,7 @@ from gateway.http.errors import (
     gateway_state,
     read_body,
 )
-from gateway.http.outbound import GuardedSend, HttpStalled
+from gateway.http.outbound import CUT_WAIT_S, GuardedSend, HttpStalled
 from gateway.http.voices import resolve_voice
 from gateway.protocol import too_deep
 from gateway.session.validation import (
@@ -413,6 +413,7 @@ class SpeechResponse:
         self.state = state
         self.whole = whole
         self.on_close = on_close
+        self.cut = False  #: failed mid-body: the connection was closed
 
     def _start(self, length: int | None) -> Message:
         headers = [(b"content-type", self.media_type.encode())]
@@ -456,6 +457,9 @@ class SpeechResponse:
                 # the status is gone already: cut the body short so the
                 # client sees an incomplete response, never a clean end
                 log.warning("HTTP speech failed mid-response: %s", error.message)
+                if isinstance(send, GuardedSend) and send.cut():
+                    self.cut = True
+                    return
                 raise
             response = error_response(error, self.state)
             await response({"type": "http"}, _never_receive, send)
@@ -475,6 +479,11 @@ class SpeechResponse:
             if not producer.done():
                 log.info("HTTP client went away: speech work stopped")
                 producer.cancel()
+            elif self.cut:
+                # the connection is closing: return once uvicorn saw it go
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(CUT_WAIT_S):
+                        await asyncio.shield(listener)
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
             with contextlib.suppress(asyncio.CancelledError):

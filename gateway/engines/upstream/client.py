@@ -12,7 +12,9 @@ Rules:
 * A segment's request is retried on another replica only while no audio of
   it reached the sink: connection refused/reset, a timeout before the first
   audio byte, 408/5xx (a failure), 429/503 (the replica is full), a body that
-  ended or failed before any audio.  A 4xx that is the request's own fault
+  ended or failed before any audio, a response declared as something that
+  is not speech audio (``wire.check_headers``: a ``text/html`` error page, a
+  ``200`` JSON error, an impossible ``X-Sample-Rate``).  A 4xx that is the request's own fault
   fails the segment at once, with the upstream's message.
 * After the first audio byte, any failure (a cut body, an SSE error event, a
   read timeout) fails the segment with ``PartialAudioError``: the listener
@@ -44,7 +46,7 @@ import numpy.typing as npt
 
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import SynthesisError
-from gateway.engines.pool.replicas import ReplicaClient, read_error
+from gateway.engines.pool.replicas import ReplicaClient, read_error, redact_text
 from gateway.engines.pool.routing import Outcome, classify_status
 from gateway.engines.upstream.wire import (
     Format,
@@ -52,6 +54,7 @@ from gateway.engines.upstream.wire import (
     Samples,
     UpstreamFailure,
     WireError,
+    check_headers,
 )
 from gateway.settings import UpstreamSettings
 
@@ -153,7 +156,11 @@ class UpstreamClient(ReplicaClient):
                 try:
                     if not 200 <= response.status_code < 300:
                         return await _refused(response)
-                    declared = _declared_rate(response)
+                    declared = check_headers(
+                        response.headers.get("content-type"),
+                        response.headers.get("x-sample-rate"),
+                        self.settings.stream_format,
+                    )
                     if declared and self.settings.response_format == "pcm":
                         await state.handle(Format(declared, 1))
                     async for piece in response.aiter_raw():
@@ -184,7 +191,8 @@ class UpstreamClient(ReplicaClient):
             return state.failed("body", f"the response is not speech audio: {exc}")
         if state.failure is not None:
             kind = "partial_audio" if state.failure.partial_audio else "upstream_error"
-            return state.failed(kind, f"the upstream reported: {state.failure.message}")
+            message = redact_text(state.failure.message[:300])
+            return state.failed(kind, f"the upstream reported: {message}")
         if problem is not None:
             return state.failed("truncated", problem)
         state.flush()
@@ -237,13 +245,6 @@ class _Relay:
 
     def failed(self, kind: str, message: str) -> Attempt:
         return Attempt(Outcome.FAILURE, kind, message, self.delivered)
-
-
-def _declared_rate(response: httpx.Response) -> int:
-    """The rate a headerless PCM body is at, when the upstream says so
-    (``X-Sample-Rate``, as this gateway answers); 0 if it does not."""
-    raw = response.headers.get("x-sample-rate", "")
-    return int(raw) if raw.isdigit() and 1000 <= int(raw) <= 384_000 else 0
 
 
 async def _refused(response: httpx.Response) -> Attempt:

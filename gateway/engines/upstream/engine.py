@@ -37,9 +37,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import numpy as np
 import numpy.typing as npt
 
@@ -57,7 +58,7 @@ from gateway.engines.pool.probe import Prober
 from gateway.engines.pool.routing import ReplicaState
 from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.voices import VoiceCopies
-from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError
+from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError, check_headers
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -161,21 +162,29 @@ class UpstreamEngine(Engine):
         #: uploads through the gateway, copied to every replica (with cloning)
         self.copies = VoiceCopies(self.client)
         self._store: VoiceStore | None = None
+        #: the rate read in progress (``_want_rate``)
+        self._rate_task: asyncio.Task[None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start whether or not the replicas are up: the engine is ready
+        (``ready``) once one replica is and the upstream's rate is known
+        (``native_rate``, a replica's listing, or one WAV request to the
+        first ready replica, tried again as replicas become ready)."""
         if self._store is not None and self.config.cloning:
             await self.copies.load(self._store)
             self.prober.listeners.append(self.copies.probed)
         if self.prober.enabled:
+            self.prober.listeners.append(self._want_rate)
             await self.prober.probe_all()
             self.prober.start()
         else:  # no probes: no return to see; the replicas get the uploads now
             for index in range(len(self.client.bases)):
                 self.copies.probed(index)
-        if not self._rate and not self._listed_rates():
-            self._rate = await self._probe_rate()
+            await self._read_rate(range(len(self.client.bases)))
+        if self._rate_task is not None:
+            await asyncio.gather(self._rate_task, return_exceptions=True)
         ready = sum(
             1
             for i in range(len(self.client.bases))
@@ -187,9 +196,42 @@ class UpstreamEngine(Engine):
             len(self.client.bases),
             ", ".join(r.name for r in self.client.pool.replicas),
         )
+        if not self.rate_known:
+            log.warning(
+                "the upstream's sample rate is not known yet (no replica answered):"
+                " not ready until one does; set upstream.native_rate to say it"
+            )
+
+    @property
+    def rate_known(self) -> bool:
+        return bool(self._rate or self._listed_rates())
+
+    def _want_rate(self, index: int) -> None:
+        """A probe listener: read the rate from ``index`` when it is ready and
+        the rate is still unknown (one read at a time)."""
+        if self.rate_known or (self._rate_task is not None and not self._rate_task.done()):
+            return
+        if self.client.pool.state_of(index, self.client.clock()) is not ReplicaState.READY:
+            return
+        self._rate_task = asyncio.get_running_loop().create_task(
+            self._read_rate([index]), name="upstream-rate"
+        )
+
+    async def _read_rate(self, indexes: Iterable[int]) -> None:
+        if self.rate_known:
+            return
+        for index in indexes:
+            rate = await self._probe_rate(index)
+            if rate:
+                self._rate = rate
+                self._configured = self._voices_from_names(self.config.voices)
+                return
 
     async def aclose(self) -> None:
         await self.prober.aclose()
+        if self._rate_task is not None:
+            self._rate_task.cancel()
+            await asyncio.gather(self._rate_task, return_exceptions=True)
         await self.copies.aclose()
         self.live.cancel_all()
         for task in list(self.tasks):
@@ -198,8 +240,8 @@ class UpstreamEngine(Engine):
         await self.client.aclose()
 
     def ready(self) -> bool:
-        """At least one replica is routable (``/readyz``)."""
-        return self.client.pool.ready(self.client.clock())
+        """At least one replica is routable and the rate is known (``/readyz``)."""
+        return self.rate_known and self.client.pool.ready(self.client.clock())
 
     def model_names(self) -> Sequence[str]:
         return (self.config.model,) if self.config.model else ()
@@ -316,8 +358,9 @@ class UpstreamEngine(Engine):
             typical_first_chunk_s=0.3,
         )
 
-    async def _probe_rate(self) -> int:
-        """The upstream's rate from the WAV header of a short request."""
+    async def _probe_rate(self, index: int) -> int:
+        """The upstream's rate from the WAV header of a short request to
+        replica ``index``; 0 when it does not give one."""
         body = {
             "input": _RATE_PROBE_TEXT,
             "voice": self.default_voice().name,
@@ -326,28 +369,26 @@ class UpstreamEngine(Engine):
             "response_format": "wav",
             **({"model": self.config.model} if self.config.model else {}),
         }
-        for index, base in enumerate(self.client.bases):
-            name = self.client.pool.replicas[index].name
-            try:
-                async with asyncio.timeout(self.config.first_byte_timeout_s):
-                    async with self.client.http.stream(
-                        "POST", base + "/v1/audio/speech", json=body
-                    ) as response:
-                        if not response.is_success:
-                            continue
-                        decoder = ResponseDecoder("audio", "wav")
-                        async for piece in response.aiter_raw():
-                            for event in decoder.push(piece):
-                                if isinstance(event, Format):
-                                    log.info("upstream %s speaks at %d Hz", name, event.sample_rate)
-                                    return event.sample_rate
-            except (TimeoutError, WireError, OSError) as exc:
-                log.info("upstream %s: no rate from a WAV header (%s)", name, type(exc).__name__)
-            except Exception as exc:  # httpx errors: try the next replica
-                log.info("upstream %s: no rate from a WAV header (%s)", name, type(exc).__name__)
-        raise RuntimeError(
-            "could not read the upstream's sample rate from any replica: set upstream.native_rate"
-        )
+        name = self.client.pool.replicas[index].name
+        url = self.client.bases[index] + "/v1/audio/speech"
+        try:
+            async with (
+                asyncio.timeout(self.config.first_byte_timeout_s),
+                self.client.http.stream("POST", url, json=body) as response,
+            ):
+                if not response.is_success:
+                    log.info("upstream %s: no rate (HTTP %d)", name, response.status_code)
+                    return 0
+                check_headers(response.headers.get("content-type"), None, "audio")
+                decoder = ResponseDecoder("audio", "wav")
+                async for piece in response.aiter_raw():
+                    for event in decoder.push(piece):
+                        if isinstance(event, Format):
+                            log.info("upstream %s speaks at %d Hz", name, event.sample_rate)
+                            return event.sample_rate
+        except (TimeoutError, WireError, OSError, httpx.HTTPError) as exc:
+            log.info("upstream %s: no rate from a WAV header (%s)", name, type(exc).__name__)
+        return 0
 
     # --- requests ---------------------------------------------------------------------------
 
