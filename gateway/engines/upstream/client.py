@@ -22,7 +22,9 @@ Rules:
 * Cancel is task cancellation: the ``CancelledError`` reaches the read in
   progress and closing the response closes its connection (a partly read
   response is never returned to the keep-alive pool), so the upstream sees
-  the disconnect at once and stops generating.
+  the disconnect at once and stops generating.  The close is shielded: a
+  cancel arriving while it runs (the sink refused a chunk of the cancelled
+  job first, then the task cancel came) must not cut it short.
 * The sink's ``room`` is awaited before each chunk is delivered: while the
   session's budget is full the body is not read, so TCP flow control holds
   the upstream back rather than a buffer here.
@@ -175,7 +177,11 @@ class UpstreamClient(ReplicaClient):
                             break
                     problem = decoder.finish()
                 finally:
-                    await response.aclose()
+                    # shielded: the session's cancel (a task cancel) often
+                    # lands while the sink's refusal already returned here,
+                    # and a close interrupted inside httpcore leaves the
+                    # connection open: the upstream would speak on
+                    await asyncio.shield(response.aclose())
         except TimeoutError:
             what = "first audio byte" if state.delivered == 0 else "next audio"
             return state.failed("timeout", f"no {what} within the timeout")
