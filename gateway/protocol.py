@@ -329,6 +329,9 @@ class Error(_Message, tag="error", kw_only=True):
     action: str | None = None
     #: the ``request_id`` of the ``voice.*`` request that was refused
     request_id: RequestId = None
+    #: on ``busy`` for a sentence no engine server could take now: when to
+    #: send it again, in milliseconds (HTTP's ``Retry-After``)
+    retry_after_ms: int | None = None
 
 
 ServerMessage = (

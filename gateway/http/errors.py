@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import BUSY_RETRY_AFTER_S, ErrorCode, GatewayError
 from gateway.http.security import key_ok
 from gateway.state import GatewayState
 
@@ -35,7 +35,7 @@ def error_body(error: GatewayError) -> dict[str, Any]:
 def error_response(error: GatewayError, state: GatewayState | None = None) -> JSONResponse:
     if state is not None:
         state.metrics.errors.labels(code=str(error.code)).inc()
-    headers = {"Retry-After": "1"} if error.code is ErrorCode.BUSY else None
+    headers = {"Retry-After": str(BUSY_RETRY_AFTER_S)} if error.code is ErrorCode.BUSY else None
     return JSONResponse(error_body(error), status_code=error.code.spec.http_status, headers=headers)
 
 

@@ -258,9 +258,13 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
 
 def synthesis_error(exc: SynthesisError) -> GatewayError:
     """A failed segment as the HTTP API reports it: 400 ``engine_refused``
-    when the engine refused the request as invalid, else 500 ``internal``."""
+    when the engine refused the request as invalid, 503 ``busy`` (with
+    ``Retry-After``) when no engine server could take it now, else 500
+    ``internal``."""
     if exc.refused:
         return GatewayError(ErrorCode.ENGINE_REFUSED, str(exc))
+    if exc.busy:
+        return GatewayError(ErrorCode.BUSY, f"synthesis failed: {exc}")
     return GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
 
 

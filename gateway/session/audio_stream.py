@@ -60,7 +60,7 @@ from gateway.engines.base import (
     SynthesisJob,
     WordTimings,
 )
-from gateway.errors import ErrorCode
+from gateway.errors import BUSY_RETRY_AFTER_S, ErrorCode
 from gateway.flow.budget import DecodeBudget
 from gateway.ops.metrics import Metrics
 from gateway.session.contexts import Context
@@ -476,13 +476,16 @@ class AudioStream:
         sentence.audio_ms = samples_sent * 1000 / rate
         sentence.finished = True
         if failed is not None:
+            # capacity (no engine server could take it now) is busy, with advice
+            busy = isinstance(failed, SynthesisError) and failed.busy
             await out.event(
                 protocol.Error(
-                    code=ErrorCode.INTERNAL,
+                    code=ErrorCode.BUSY if busy else ErrorCode.INTERNAL,
                     message=f"synthesis of sentence {sentence.index} failed: {failed}",
                     context_id=ctx.id,
                     partial_audio=total_bytes > 0,
                     action="sentence_skipped",
+                    retry_after_ms=BUSY_RETRY_AFTER_S * 1000 if busy else None,
                 )
             )
         await out.event(utt.audio_done(ctx.id, sentence, total_bytes, error=failed is not None))

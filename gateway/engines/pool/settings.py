@@ -51,6 +51,8 @@ class PoolSettings(Section, forbid_unknown_fields=True, kw_only=True):
     first_byte_timeout_s: float = 10.0
     #: longest silence between two pieces of a body
     read_timeout_s: float = 10.0
+    #: request sent to the end of its body, per attempt (paced delivery included)
+    segment_timeout_s: float = 120.0
     #: requests (prefetched ones included) one replica serves at once
     max_per_replica: int = 8
     #: replicas tried for one segment before its first audio byte
@@ -82,6 +84,10 @@ class PoolSettings(Section, forbid_unknown_fields=True, kw_only=True):
                 (self.connect_timeout_s > 0, f"{name}.connect_timeout_s must be > 0"),
                 (self.first_byte_timeout_s > 0, f"{name}.first_byte_timeout_s must be > 0"),
                 (self.read_timeout_s > 0, f"{name}.read_timeout_s must be > 0"),
+                (
+                    self.segment_timeout_s >= self.first_byte_timeout_s,
+                    f"{name}.segment_timeout_s must be >= first_byte_timeout_s",
+                ),
                 (self.max_per_replica >= 1, f"{name}.max_per_replica must be >= 1"),
                 (self.max_attempts >= 1, f"{name}.max_attempts must be >= 1"),
                 (self.queue_timeout_s >= 0, f"{name}.queue_timeout_s must be >= 0"),

@@ -14,6 +14,11 @@ engine's job).
   the upstream back rather than a buffer here.
 * A voice only some replicas listed is sent to those (uploaded voices are
   per server).
+* Each segment's audio is capped relative to its text (``audio_cap``:
+  ``max_audio_base_s + max_audio_s_per_char x characters``, over
+  ``speed``), and after the first byte it must come at ``min_delivery_rate``
+  or faster (``FirstByte.paced``; waiting for the listener's room does not
+  count); the pool's loop also bounds the whole body (``segment_timeout_s``).
 * Nothing that is not audio is relayed: a 2xx whose ``Content-Type`` is not
   audio (a proxy's ``text/html`` page, a ``200`` JSON error) or whose
   ``X-Sample-Rate`` is impossible is a failed attempt
@@ -38,7 +43,14 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.audio.resample import StreamResampler
-from gateway.engines.pool.failover import Attempt, Exchange, FirstByte, Wording, failover
+from gateway.engines.pool.failover import (
+    Attempt,
+    BoundExceeded,
+    Exchange,
+    FirstByte,
+    Wording,
+    failover,
+)
 from gateway.engines.pool.replicas import ReplicaClient, redact_text
 from gateway.engines.upstream.settings import UpstreamSettings
 from gateway.engines.upstream.wire import (
@@ -112,7 +124,18 @@ class UpstreamClient(ReplicaClient):
         tried = self._without_voice(voice)
         if len(tried) == len(self.bases):
             tried = frozenset()  # nobody listed it: let the upstreams answer
-        await failover(self, body, lambda: _Relay(rate, sink, self.settings), WORDING, tried)
+        cap = self.audio_cap(body)
+        await failover(
+            self, body, lambda: _Relay(rate, sink, self.settings, cap), WORDING, tried
+        )
+
+    def audio_cap(self, body: Mapping[str, Any]) -> float:
+        """Seconds of audio the segment of ``body`` may have."""
+        config = self.settings
+        speed = body.get("speed", 1.0)
+        chars = len(str(body.get("input", "")))
+        cap = config.max_audio_base_s + config.max_audio_s_per_char * chars
+        return cap / speed if isinstance(speed, (int, float)) and speed > 0 else cap
 
 
 class _Relay(Exchange[Relayed]):
@@ -123,8 +146,11 @@ class _Relay(Exchange[Relayed]):
     wire_error = WireError
     body = "speech audio"
 
-    def __init__(self, rate: int, sink: Sink, settings: UpstreamSettings) -> None:
+    def __init__(self, rate: int, sink: Sink, settings: UpstreamSettings, cap_s: float) -> None:
         super().__init__(Relayed())
+        self.settings = settings
+        self.cap_s = cap_s
+        self.first: FirstByte | None = None
         self.rate = rate
         self.sink = sink
         self.decoder = ResponseDecoder(settings.stream_format, settings.response_format)
@@ -135,6 +161,7 @@ class _Relay(Exchange[Relayed]):
         self._resampler: StreamResampler | None = None
 
     async def read(self, response: httpx.Response, first: FirstByte) -> bool:
+        self.first = first
         declared = check_headers(
             response.headers.get("content-type"),
             response.headers.get("x-sample-rate"),
@@ -182,11 +209,27 @@ class _Relay(Exchange[Relayed]):
         if not samples.size:
             return True
         seconds = samples.size / self.rate
-        if not await self.sink.room(seconds):
-            return False
-        if not self.sink.deliver(samples):
+        if self.result.delivered + seconds > self.cap_s:
+            raise BoundExceeded(
+                "too_long",
+                f"the upstream sent more than {self.cap_s:.1f} s of audio for a segment of"
+                " this length (max_audio_base_s, max_audio_s_per_char)",
+            )
+        first = self.first
+        if first is not None:
+            first.hold()
+        room = await self.sink.room(seconds)
+        if first is not None:
+            first.resume()
+        if not room or not self.sink.deliver(samples):
             return False
         self.result.delivered += seconds
+        if first is not None and self.settings.min_delivery_rate > 0:
+            first.paced(
+                self.result.delivered,
+                self.settings.min_delivery_rate,
+                self.settings.min_delivery_grace_s,
+            )
         return True
 
     def flush(self) -> None:
