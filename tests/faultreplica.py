@@ -45,7 +45,10 @@ from starlette.routing import Route
 
 RATE = 22050
 #: what a leaky replica puts in its error text
-LEAK = "see http://admin:hunter2@10.1.2.3:9000/debug?token=abc with api_key=sk-live-0123456789abcdef"
+LEAK = (
+    "see http://admin:hunter2@10.1.2.3:9000/debug?token=abc"
+    " with api_key=sk-live-0123456789abcdef"
+)
 
 
 def tone(seconds: float) -> bytes:

@@ -243,7 +243,11 @@ async def test_one_failed_probe_changes_readiness_not_the_voices() -> None:
         run_server(
             settings_for(
                 engine="upstream",
-                upstream={"urls": [replica.base], "probe_interval_s": 0.1, "voices_interval_s": 0.3},
+                upstream={
+                    "urls": [replica.base],
+                    "probe_interval_s": 0.1,
+                    "voices_interval_s": 0.3,
+                },
             ),
             None,
         ) as gw,
