@@ -23,7 +23,9 @@ requests):
 dropped ends, and is no longer counted), ``speech_requests`` every request.
 The probes: ``/health``, ``/healthz`` (200), ``/v1/models`` (200 unless
 ``models_fail`` is set), ``/v1/audio/voices`` (``voices``, this gateway's
-``data`` shape with ``RATE``).
+``data`` shape, with ``RATE`` unless ``listed_rates`` is off).  A
+``response_format: "wav"`` request (the gateway's rate probe) gets a WAV
+stream at ``RATE``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import struct
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -46,8 +49,7 @@ from starlette.routing import Route
 RATE = 22050
 #: what a leaky replica puts in its error text
 LEAK = (
-    "see http://admin:hunter2@10.1.2.3:9000/debug?token=abc"
-    " with api_key=sk-live-0123456789abcdef"
+    "see http://admin:hunter2@10.1.2.3:9000/debug?token=abc with api_key=sk-live-0123456789abcdef"
 )
 
 
@@ -56,12 +58,29 @@ def tone(seconds: float) -> bytes:
     return (np.sin(2 * np.pi * 220 * t) * 8000).astype("<i2").tobytes()
 
 
+def wav_header() -> bytes:
+    """A streaming WAV header (open sizes) for 16-bit mono at ``RATE``."""
+    fmt = struct.pack("<HHIIHH", 1, 1, RATE, RATE * 2, 2, 16)
+    return (
+        b"RIFF"
+        + struct.pack("<I", 0xFFFFFFFF)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", 16)
+        + fmt
+        + b"data"
+        + struct.pack("<I", 0xFFFFFFFF)
+    )
+
+
 @dataclass
 class FaultReplica:
     speech: str = "ok"
     status: int = 503
     models_fail: bool = False
     voices: list[str] = field(default_factory=lambda: ["tone"])
+    #: the listing gives each voice's rate (vllm-omni's does not)
+    listed_rates: bool = True
     speech_requests: int = 0
     open_bodies: int = 0
     port: int = 0
@@ -81,7 +100,8 @@ class FaultReplica:
 
         async def voices(request: Request) -> Response:
             data = [
-                {"name": v, "type": "builtin", "sample_rate": RATE, "language": "en-US"}
+                {"name": v, "type": "builtin", "language": "en-US"}
+                | ({"sample_rate": RATE} if self.listed_rates else {})
                 for v in self.voices
             ]
             return JSONResponse({"object": "list", "data": data})
@@ -104,6 +124,8 @@ class FaultReplica:
                 return Response(f"data: {json.dumps(event)}\n\n", media_type="text/event-stream")
             if mode == "rate":
                 pcm_headers = {"X-Sample-Rate": "1000"}
+            if body.get("response_format") == "wav":  # the gateway's rate probe
+                return Response(wav_header() + tone(0.06 * len(text)), media_type="audio/wav")
             return StreamingResponse(
                 self._body(mode, text), media_type="audio/pcm", headers=pcm_headers
             )
@@ -138,11 +160,11 @@ class FaultReplica:
 
 
 @contextmanager
-def fault_replica(**options: object) -> Iterator[FaultReplica]:
+def fault_replica(port: int = 0, **options: object) -> Iterator[FaultReplica]:
     replica = FaultReplica(**options)  # type: ignore[arg-type]
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     replica.port = sock.getsockname()[1]
     config = uvicorn.Config(replica.app(), log_level="warning", lifespan="off")
     server = uvicorn.Server(config)

@@ -7,6 +7,7 @@ probe paths, which a gateway replica answers), and speak."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -16,6 +17,9 @@ from pathlib import Path
 
 import httpx
 
+from tests.conftest import run_server
+from tests.conftest import test_settings as settings_for
+from tests.faultreplica import RATE, fault_replica
 from tests.helpers import ROOT, free_port, serve_process
 
 
@@ -89,3 +93,26 @@ def test_the_readme_command_starts_before_its_replicas(tmp_path: Path) -> None:
             proc.wait()
     output = log.read_text(errors="replace")
     assert "Traceback" not in output, output[-3000:]
+
+
+async def test_the_rate_comes_from_the_first_replica_that_turns_ready() -> None:
+    """No ``native_rate`` and a listing without rates (vllm-omni's): the
+    front starts with its one replica down, unready, and reads the rate from
+    the replica's WAV header once a probe finds it ready."""
+    port = free_port()
+    upstream = {"urls": [f"http://127.0.0.1:{port}"], "probe_interval_s": 0.1}
+    with run_server(settings_for(engine="upstream", upstream=upstream), None) as gw:
+        async with httpx.AsyncClient(timeout=5) as client:
+            assert (await client.get(gw.http + "/readyz")).status_code == 503
+            with fault_replica(port=port, listed_rates=False, voices=["alto"]) as replica:
+                deadline = time.monotonic() + 10
+                while (await client.get(gw.http + "/readyz")).status_code != 200:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+                listing = (await client.get(gw.http + "/v1/audio/voices")).json()["data"]
+                (voice,) = [v for v in listing if v["type"] == "builtin"]
+                assert voice["name"] == "alto" and voice["sample_rate"] == RATE, listing
+                body = {"input": "Hello.", "voice": "alto", "response_format": "pcm"}
+                spoken = await client.post(gw.http + "/v1/audio/speech", json=body)
+                assert spoken.status_code == 200 and len(spoken.content) > RATE // 4
+                assert replica.speech_requests == 2  # the rate probe, then the speech
