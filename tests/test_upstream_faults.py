@@ -276,3 +276,49 @@ def _closing(proxy: FaultProxy) -> Iterator[FaultProxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+async def test_a_replica_killed_mid_stream_fails_only_its_sentences(tmp_path: Path) -> None:
+    """kill -9 of one of two gateway replicas while six sessions stream: a
+    session whose sentence was on it gets one partial-audio error and goes
+    on; every session ends; the survivor serves what follows."""
+    sentences = " ".join(f"Sentence {n} is about the lighthouse over the water." for n in range(4))
+    for name in ("doomed", "survivor"):
+        (tmp_path / name).mkdir()
+    with (
+        serve_process(tmp_path / "doomed", engine="synthetic") as doomed,
+        serve_process(tmp_path / "survivor", engine="synthetic") as survivor,
+        front([doomed.base, survivor.base], cooldown_s=30.0) as gw,
+    ):
+        started = asyncio.Event()
+
+        async def one() -> Transcript:
+            async with await open_ws(gw.ws_url) as ws:
+                await ws.recv()
+                config = {**STREAM, "split_granularity": "sentence"}
+                await send(ws, type="session.config", sample_rate=RATE, **config)
+                await send(ws, type="input.text", text=sentences)
+                await send(ws, type="input.done")
+                t = Transcript()
+                while len(t.binary) < 5:
+                    raw = await asyncio.wait_for(ws.recv(), 30)
+                    t.items.append(raw if isinstance(raw, bytes) else json.loads(raw))
+                started.set()
+                return await recv_until(ws, t, limit_s=60)
+
+        sessions = [asyncio.create_task(one()) for _ in range(6)]
+        async with asyncio.timeout(30):
+            await started.wait()
+        doomed.proc.kill()  # SIGKILL: no goodbye on its connections
+        transcripts = await asyncio.gather(*sessions)
+        for t in transcripts:
+            assert t.of("session.done")  # every session ended
+            for error in t.of("error"):
+                assert error["code"] in ("internal", "busy"), error
+                assert error["action"] == "sentence_skipped"
+            assert len(t.of("audio.done")) == 4  # every sentence ended, failed or not
+        assert any(not t.of("error") for t in transcripts)  # the survivor's sessions finished
+        assert any(t.of("error") for t in transcripts)  # the kill really cut some sentence
+        got = await speech(gw.http)
+        assert got.status_code == 200 and got.content
+        assert survivor.proc.poll() is None
