@@ -145,7 +145,11 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
             for index in range(len(self.client.bases)):
                 self.copies.probed(index)
             await self._read_rate(range(len(self.client.bases)))
-        if self._rate_task is not None:
+            if not self.rate_known:  # no probe will say a replica is back: ask again
+                self._rate_task = asyncio.get_running_loop().create_task(
+                    self._read_rate_until_known(), name="upstream-rate"
+                )
+        if self._rate_task is not None and self.prober.enabled:
             await asyncio.gather(self._rate_task, return_exceptions=True)
         log.info("upstream pool: %s", self.replicas_ready())
         if not self.rate_known:
@@ -172,6 +176,13 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
         self._rate_task = asyncio.get_running_loop().create_task(
             self._read_rate([index]), name="upstream-rate"
         )
+
+    async def _read_rate_until_known(self) -> None:
+        """Without probes: every ``probe_interval_s``, every replica, until
+        one gives the rate."""
+        while not self.rate_known:
+            await asyncio.sleep(self.config.probe_interval_s)
+            await self._read_rate(range(len(self.client.bases)))
 
     async def _read_rate(self, indexes: Iterable[int]) -> None:
         if self.rate_known:
