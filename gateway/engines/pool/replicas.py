@@ -61,7 +61,11 @@ _SECRETS = (
         r"\1\2<redacted>",
     ),
     (re.compile(r"\b(?:sk|pk|rk|hf)[-_][A-Za-z0-9_-]{8,}"), "<redacted>"),
-    (re.compile(r"\b[A-Za-z0-9+/_-]{32,}={0,2}"), "<redacted>"),
+    # a long word of letters *and* digits (a key, a token), not a long word
+    (
+        re.compile(r"\b(?=[A-Za-z+/_-]*\d)(?=[0-9+/_-]*[A-Za-z])[A-Za-z0-9+/_-]{24,}={0,2}"),
+        "<redacted>",
+    ),
 )
 
 
