@@ -51,20 +51,18 @@ from gateway.audio.framing import FrameFlags, Framer, TaggedHeader, pack_header
 from gateway.audio.resample import StreamResampler
 from gateway.audio.wav import wav_bytes, wav_header
 from gateway.engines.base import (
-    AudioChunk,
     Engine,
     EngineStream,
     SegmentRequest,
     StreamRequest,
-    SynthesisError,
     SynthesisJob,
     WordTimings,
 )
-from gateway.errors import ErrorCode
 from gateway.flow.budget import DecodeBudget
 from gateway.ops.metrics import Metrics
 from gateway.session.contexts import Context
 from gateway.session.utterance import Sentence, Utterance
+from gateway.text.pipeline import SegmentAudio
 from gateway.text.queue import SegmentQueue
 from gateway.ws.outbound import ConnectionGone
 
@@ -408,53 +406,47 @@ class AudioStream:
         if config.stream_audio and config.response_format == "wav":
             await send(wav_header(rate, config.encoding, None), 0, FrameFlags.WAV_HEADER)
 
-        failed: Exception | None = None
-        events = job.__aiter__()
+        # the delivery pipeline (gateway.text.pipeline): the job's events with
+        # the audio resampled; a failure is logged and classified there
+        speaking = SegmentAudio(
+            job, resampler, where=f"context={ctx.id} sentence={sentence.index}", logger=self.env.log
+        )
         try:
-            async for event in events:
-                if utt.cancelled:
-                    break
-                if isinstance(event, WordTimings):
-                    sentence.words = event.words
-                    if config.timestamps:
-                        await out.event(
-                            protocol.Alignment(
-                                context_id=ctx.id,
-                                utterance_index=utt.index,
-                                sentence_index=sentence.index,
-                                words=[
-                                    protocol.WordTimestamp(
-                                        word=w.word,
-                                        start_ms=round(sentence.start_ms + w.start_ms, 1),
-                                        end_ms=round(sentence.start_ms + w.end_ms, 1),
-                                    )
-                                    for w in event.words
-                                ],
+            async with contextlib.aclosing(speaking.events()) as events:
+                async for event in events:
+                    if utt.cancelled:
+                        break
+                    if isinstance(event, WordTimings):
+                        sentence.words = event.words
+                        if config.timestamps:
+                            await out.event(
+                                protocol.Alignment(
+                                    context_id=ctx.id,
+                                    utterance_index=utt.index,
+                                    sentence_index=sentence.index,
+                                    words=[
+                                        protocol.WordTimestamp(
+                                            word=w.word,
+                                            start_ms=round(sentence.start_ms + w.start_ms, 1),
+                                            end_ms=round(sentence.start_ms + w.end_ms, 1),
+                                        )
+                                        for w in event.words
+                                    ],
+                                )
                             )
-                        )
-                elif isinstance(event, AudioChunk):
-                    await emit(resampler.process(event.samples))
-                    if config.stream_audio:  # written to the socket: budget freed
-                        self.env.budget.release(job, event.samples.size / voice_rate)
-                    self.segments.prefetch()  # sending made room in the session buffer
+                    else:
+                        await emit(event.samples)
+                        if config.stream_audio:  # written to the socket: budget freed
+                            self.env.budget.release(job, event.native_samples / voice_rate)
+                        self.segments.prefetch()  # sending made room in the session buffer
         except ConnectionGone:
-            job.cancel()
-            raise
-        except (SynthesisError, Exception) as exc:  # the sentence fails, the session goes on
-            self.env.log.warning(
-                "synthesis failed (context=%s sentence=%d): %r", ctx.id, sentence.index, exc
-            )
-            job.cancel()
-            failed = exc
+            raise  # the pipeline cancelled the job as the generator closed
+        except Exception:  # a bug on this side of the pipeline: the sentence fails
+            speaking.broke()
         finally:
-            # close the iterator now (not at garbage collection) so the
-            # engine's own cleanup runs when the stream leaves early
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
             self._account_job(utt, job)
             self.env.budget.release(job)
+        failed = speaking.failure
 
         if not utt.cancelled:
             carry = self.has_next_for(utt) and failed is None
@@ -478,8 +470,8 @@ class AudioStream:
         if failed is not None:
             await out.event(
                 protocol.Error(
-                    code=ErrorCode.INTERNAL,
-                    message=f"synthesis of sentence {sentence.index} failed: {failed}",
+                    code=failed.code,  # engine_refused or internal (gateway.text.pipeline)
+                    message=f"sentence {sentence.index}: {failed.message}",
                     context_id=ctx.id,
                     partial_audio=total_bytes > 0,
                     action="sentence_skipped",

@@ -61,7 +61,7 @@ def check_input_text(text: str, max_chars: int, param: str = "input") -> str:
     if len(text) > max_chars:
         raise GatewayError(
             ErrorCode.TEXT_TOO_LONG,
-            f"`{param}` has {len(text)} characters; the limit is {max_chars}",
+            f"`{param}` has {len(text)} characters; the limit is {max_chars} characters",
             param=param,
         )
     if not is_speakable(text):

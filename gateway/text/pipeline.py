@@ -65,7 +65,8 @@ def failure_error(exc: Exception) -> GatewayError:
     if isinstance(exc, SynthesisError):
         if exc.refused:
             return GatewayError(ErrorCode.ENGINE_REFUSED, str(exc))
-        return GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
+        # the engine's own words ("synthesis failed: ..."): written for clients
+        return GatewayError(ErrorCode.INTERNAL, str(exc) or "synthesis failed")
     return GatewayError(ErrorCode.INTERNAL, INTERNAL_MESSAGE)
 
 
@@ -91,6 +92,15 @@ class SegmentAudio:
         self.failure: GatewayError | None = None
         self.complete = False  #: the job's events ran to their end
 
+    def broke(self) -> GatewayError:
+        """The sink failed on this segment's audio (a bug: called in its
+        ``except`` block): logged with the traceback, the job cancelled, and
+        ``failure`` set to ``internal`` with no exception text."""
+        self.log.exception("speaking a segment broke (%s)", self.where)
+        self.job.cancel()
+        self.failure = failure_error(RuntimeError())
+        return self.failure
+
     async def events(self) -> AsyncGenerator[WordTimings | Audio, None]:
         events = self.job.__aiter__()
         try:
@@ -105,7 +115,7 @@ class SegmentAudio:
             self.log.warning("synthesis failed (%s): %s", self.where, exc)
             self.failure = failure_error(exc)
         except Exception as exc:  # a bug in the gateway: logged whole, never shown
-            self.log.exception("synthesis broke (%s)", self.where)
+            self.log.exception("speaking a segment broke (%s)", self.where)
             self.failure = failure_error(exc)
         finally:
             if not self.complete:  # failed, or the sink stopped reading
