@@ -1,6 +1,6 @@
 """The one validator of what a client asks to be spoken with, shared by the
 WebSocket ``session.config`` (``gateway.session.config``) and the HTTP
-speech API (``gateway.http.speech``).
+speech API (``gateway.http.plan``).
 
 Bounds come from the protocol types (``protocol.Speed``,
 ``protocol.SampleRate``), so the WebSocket decoder and the HTTP checks can
