@@ -77,7 +77,7 @@ ROWS = [
         "invalid_message",
         400,
         "invalid_message",
-        None,
+        "input",
         "Expected `str`, got `int`",
     ),
     Row(
@@ -108,6 +108,17 @@ ROWS = [
         400,
         "invalid_config",
         "speed",
+        "Expected `float` <= 4.0 - at `$.speed`",
+    ),
+    Row(
+        "speed not a number",
+        {"type": "session.config", "speed": "fast"},
+        {"speed": "fast"},
+        "invalid_config",
+        400,
+        "invalid_config",
+        "speed",
+        "got `str` - at `$.speed`",
     ),
     Row(
         "sample rate out of range",
@@ -117,6 +128,7 @@ ROWS = [
         400,
         "invalid_config",
         "sample_rate",
+        "Expected `int` >= 8000 - at `$.sample_rate`",
     ),
     Row(
         "unknown model",

@@ -15,6 +15,7 @@ Pure but for the voice lookup (``resolve_voice`` may read the voice store).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,7 +28,7 @@ from gateway.engines.base import StreamRequest, VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.errors import gateway_state
 from gateway.http.voices import resolve_voice
-from gateway.protocol import too_deep
+from gateway.protocol import SampleRate, Speed, too_deep
 from gateway.session.validation import (
     VLLM_ANY,
     VLLM_DEFAULTS,
@@ -55,11 +56,13 @@ class SpeechBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     voice: str | VoiceRef
     model: str | None = None
     response_format: str = "mp3"
-    speed: float = 1.0
+    # the protocol's bounded types: out of range, msgspec words it as the
+    # WebSocket's decoder does
+    speed: Speed = 1.0
     instructions: str | None = None
     stream_format: str | None = None
     stream: bool | None = None
-    sample_rate: int | None = None
+    sample_rate: SampleRate | None = None
     language: str | None = None
     # vllm-omni's extension fields: accepted at their defaults; the voice-clone
     # ones go to an engine declaring ``cloning`` (``validation.check_vllm_fields``)
@@ -101,13 +104,29 @@ class SpeechPlan:
         )
 
 
+#: the top-level field a msgspec validation message names (`` - at `$.speed` ``)
+_FIELD_PATH = re.compile(r"- at `\$\.([A-Za-z_]+)")
+
+
+def _field_error(message: str) -> GatewayError:
+    """msgspec's message for a bad field, kept as it is (the WebSocket's
+    decoder words the same mistake the same way): a configuration field's
+    is ``invalid_config``, the text's (``input``) or the body's shape
+    (an unknown field) ``invalid_message``."""
+    match = _FIELD_PATH.search(message)
+    name = match.group(1) if match else None
+    if name is None or name == "input":
+        return GatewayError(ErrorCode.INVALID_MESSAGE, message, param=name)
+    return invalid_config(message, name)
+
+
 def decode_body(data: bytes | dict[str, Any]) -> SpeechBody:
     try:
         if isinstance(data, dict):
             return msgspec.convert(data, SpeechBody)
         return msgspec.json.decode(data, type=SpeechBody)
     except msgspec.ValidationError as exc:
-        raise GatewayError(ErrorCode.INVALID_MESSAGE, str(exc)) from None
+        raise _field_error(str(exc)) from None
     except msgspec.DecodeError as exc:
         raise GatewayError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from None
     except RecursionError:
