@@ -353,4 +353,4 @@ async def test_a_gateway_bug_is_internal_logged_and_not_shown(
     for text in sent:
         assert SECRET not in text and "RuntimeError" not in text
     # one traceback per failure: the WebSocket, two HTTP, SSE and batch
-    assert len([t for t in server_log.tracebacks() if "broke" in t]) >= 5, server_log.records
+    assert len(server_log.tracebacks()) >= 5, server_log.records
