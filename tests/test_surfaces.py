@@ -25,6 +25,7 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from gateway.audio.containers import ContainerEncoder
 from gateway.engines.base import (
     EngineEvent,
     EngineStream,
@@ -354,3 +355,28 @@ async def test_a_gateway_bug_is_internal_logged_and_not_shown(
         assert SECRET not in text and "RuntimeError" not in text
     # one traceback per failure: the WebSocket, two HTTP, SSE and batch
     assert len(server_log.tracebacks()) >= 5, server_log.records
+
+
+async def test_a_bug_in_the_encoder_is_internal_and_not_shown(
+    server: RunningServer, server_log: _Lines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug past the pipeline (the container encoder): a JSON 500
+    ``internal`` before any audio, an SSE ``error`` event, a batch item's
+    error; the traceback in the log, never in the answer."""
+
+    def broken(self: ContainerEncoder, samples: Any) -> bytes:
+        raise RuntimeError(SECRET)
+
+    monkeypatch.setattr(ContainerEncoder, "push", broken)
+    response = await _http(server, response_format="mp3")
+    assert response.status_code == 500 and response.json()["error"]["code"] == "internal"
+    sse = await _http(server, response_format="mp3", stream_format="sse")
+    assert '"code":"internal"' in sse.text
+    batch = await _post(
+        server, "/v1/audio/speech/batch", {"voice": "tone", "items": [{"input": "Hi there."}]}
+    )
+    assert batch.json()["data"][0]["error"]["code"] == "internal"
+    for text in (response.text, sse.text, batch.text):
+        assert SECRET not in text and "RuntimeError" not in text
+    assert len(server_log.tracebacks()) >= 3
+    assert server.state.http_admission.active == 0
