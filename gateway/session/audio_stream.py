@@ -6,30 +6,40 @@ order: it submits each segment to its utterance's engine stream (one
 it, closed once its text is complete; the next segment is submitted
 while the current one decodes, so the engine's acoustic stage overlaps the
 vocoder and consecutive segments join without a gap), resamples and frames
-the chunks, and sends ``audio.start`` / ``alignment`` / binary / ``audio.done``
-and the closing ``session.done``.
+the chunks, and sends the events about them in order with the frames.
 
 With ``raw`` framing a session has one stream shared by all contexts (their
-audio never interleaves; first-in first-out at sentence granularity).  With
+audio never interleaves; first-in first-out at segment granularity).  With
 ``tagged`` framing each context has its own stream and their frames
 interleave, ordered by the engine's earliest-deadline scheduling.
 
-A stream sees its session only through ``StreamEnv`` (what it needs to
-speak) and ``StreamHost`` (what it tells the session core, which answers
-with the messages to send): this module imports nothing of
-``gateway.session.core``.  The segment bookkeeping (order, one-ahead prefetch) is
-``gateway.text.queue``, shared with the HTTP API.
+One owner for each piece of state.  The session core owns the contexts,
+utterances and segments (``gateway.session.utterance``) and their positions;
+this module only reads them.  It reports what it did through ``StreamHost``
+(a segment started, word timings arrived, a frame went out, a job ended, a
+segment finished or failed, cancelled audio stopped) and sends the messages
+the core answers with; it waits in ``StreamHost.admit`` before each frame.
+What belongs to the stream itself is its queue, its utterances' engine
+streams and their resamplers (state carried across an utterance's segments
+while the next one is queued).  A stream sees its session only through
+``StreamEnv`` and ``StreamHost``: this module imports nothing of
+``gateway.session.core``.  The segment bookkeeping (order, one-ahead
+prefetch) is ``gateway.text.queue``, shared with the HTTP API.
 
 The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``
-(``gateway.flow.budget``),
-passed to the engine with each streamed segment: the engine reserves a
-chunk before decoding it and this module releases it once the chunk's
-frames are written, so a session whose sends are held stops decoding.
-The next segment is prefetched only while the budget has room (``unsent_ms``
-measures the same quantity from the jobs' statistics, as an independent
-check for the tests).  The
-segment about to be spoken is always submitted, so a full buffer never
-delays a context's first audio.
+(``gateway.flow.budget``), passed to the engine with each streamed segment:
+the engine reserves a chunk before decoding it and this module releases it
+once the chunk's frames are written, so a session whose sends are held
+stops decoding.  The next segment is prefetched only while the budget has
+room.  The segment about to be spoken is always submitted, so a full buffer
+never delays a context's first audio.
+
+Failures.  A ``SynthesisError`` fails its segment alone: the client gets an
+``error`` with the engine's code (``engine_refused`` when the engine judged
+the request invalid, else ``internal``) and ``audio.done`` with ``error:
+true``, and the stream goes on.  Any other exception is a bug in the
+gateway: the segment fails the same way with ``internal``, the traceback
+goes to the log and no exception text to the client.
 """
 
 from __future__ import annotations
@@ -54,23 +64,22 @@ from gateway.engines.base import (
     Engine,
     EngineStream,
     SegmentRequest,
+    SegmentStats,
     StreamRequest,
     SynthesisJob,
+    WordTiming,
     WordTimings,
 )
+from gateway.errors import GatewayError
 from gateway.flow.budget import DecodeBudget
-from gateway.ops.metrics import Metrics
 from gateway.session.contexts import Context
-from gateway.session.utterance import Sentence, Utterance
+from gateway.session.utterance import Segment, Utterance
+from gateway.text.duration import estimate_seconds
 from gateway.text.pipeline import SegmentAudio
 from gateway.text.queue import SegmentQueue
 from gateway.ws.outbound import ConnectionGone
 
 log = logging.getLogger(__name__)
-
-#: speech length per character of text, to estimate a segment's duration
-#: before the engine knows it (English at speed 1 is about 0.06 s)
-SECONDS_PER_CHAR = 0.06
 
 
 class Sender(Protocol):
@@ -84,17 +93,61 @@ class Sender(Protocol):
     async def audio(self, payload: bytes) -> None: ...
 
 
-class StreamHost(Protocol):
-    """What a stream tells its session.  The session core answers with the
-    messages to send; the stream sends them, in order with its audio."""
+@dataclass(eq=False)
+class QueuedSegment:
+    """One segment in a stream's queue: whose it is, and its engine job once
+    submitted (the stream's own field)."""
 
-    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
-        """A segment of ``ctx`` is done: ``session.done`` of the utterances
-        that are now complete."""
+    context: Context
+    utterance: Utterance
+    segment: Segment
+    job: SynthesisJob | None = None
+
+
+class StreamHost(Protocol):
+    """What a stream reports to its session core, which updates its state
+    and answers with the messages to send; the stream sends them, in order
+    with its audio."""
+
+    def segment_started(self, item: QueuedSegment) -> list[protocol.ServerMessage]:
+        """``item``'s audio begins: ``audio.start``."""
+        ...
+
+    def words_timed(
+        self, item: QueuedSegment, words: tuple[WordTiming, ...]
+    ) -> list[protocol.ServerMessage]:
+        """The engine's word timings for ``item``: ``alignment`` if asked for."""
+        ...
+
+    async def admit(self, item: QueuedSegment, frame_ms: float) -> bool:
+        """Wait until the listener may take a frame of ``item``'s audio and
+        count it as sent; False if the frame must be dropped (cancelled)."""
+        ...
+
+    def frame_sent(self, item: QueuedSegment, samples: int) -> None:
+        """A frame of ``item`` went out with ``samples`` of audio at the
+        output rate (0 for a WAV header)."""
+        ...
+
+    def job_ended(self, item: QueuedSegment, stats: SegmentStats) -> None:
+        """``item``'s engine job ended (finished, failed or cancelled)."""
+        ...
+
+    def segment_finished(
+        self, item: QueuedSegment, sent_bytes: int, samples: int, failure: GatewayError | None
+    ) -> list[protocol.ServerMessage]:
+        """``item``'s audio is complete (or it failed with ``failure``):
+        ``audio.done``, after an ``error`` if it failed."""
+        ...
+
+    def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """The stream is done with a segment of ``ctx`` (finished, failed or
+        cancelled) and has taken it off its queue: ``session.done`` of the
+        utterances that are now complete."""
         ...
 
     def cancelled_audio_ended(
-        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int, *, delivered: bool
+        self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
     ) -> list[protocol.ServerMessage]:
         """The last frame of cancelled audio of ``ctx`` went out (or, if not
         ``delivered``, the connection is gone): the cancel reports waiting for it."""
@@ -115,29 +168,104 @@ class StreamEnv:
     #: the session buffer (``max_buffered_ms``), shared by its streams
     budget: DecodeBudget
     out: Sender
-    metrics: Metrics
     label: str  #: the session id, for engine logs
     log: logging.LoggerAdapter[logging.Logger]
     host: StreamHost
 
 
-@dataclass
-class Segment:
-    context: Context
-    utterance: Utterance
-    sentence: Sentence
-    job: SynthesisJob | None = None
-    #: audio of this segment sent (output ms) and the voice's native rate,
-    #: for the session buffer count
-    sent_ms: float = 0.0
-    voice_rate: int = 0
+def _failure(segment: Segment, failure: GatewayError | None) -> GatewayError | None:
+    """A failed segment as the WebSocket client hears of it: the pipeline's
+    code and message, naming the sentence."""
+    if failure is None:
+        return None
+    return GatewayError(failure.code, f"sentence {segment.index}: {failure.message}")
 
-    def unsent_ms(self) -> float:
-        """Decoded by the engine and not yet sent (0 without a live job)."""
-        if self.job is None or self.utterance.cancelled or not self.voice_rate:
-            return 0.0
-        decoded_ms = self.job.stats.audio_samples * 1000 / self.voice_rate
-        return max(0.0, decoded_ms - self.sent_ms)
+
+class _SegmentOut:
+    """One segment's way out: frames its audio on the config's grid (or
+    keeps it whole), waits for the listener, sends, and counts what it sent."""
+
+    def __init__(self, env: StreamEnv, item: QueuedSegment) -> None:
+        self.env = env
+        self.item = item
+        config = item.utterance.config
+        self.config = config
+        self.rate = config.sample_rate
+        self.framer = Framer(self.rate, config.frame_ms)
+        self.tagged = config.framing == "tagged"
+        self.sent_bytes = 0  #: payload bytes sent (headers not counted)
+        self.samples_sent = 0
+        self._first_frame = True
+        self._whole: list[np.ndarray] = []  #: the audio of a whole-segment message
+
+    async def open(self) -> None:
+        """The streaming WAV header, if the format has one."""
+        if self.config.stream_audio and self.config.response_format == "wav":
+            await self._send(wav_header(self.rate, self.config.encoding, None), 0, audio=False)
+
+    async def push(self, samples: np.ndarray, *, last: bool = False) -> None:
+        """Audio at the output rate; ``last``: the segment's audio ends here."""
+        if not self.config.stream_audio:
+            self._whole.append(samples)
+            return
+        frames = self.framer.push(samples)
+        if last:
+            tail = self.framer.flush()
+            if tail is not None and tail.size:
+                frames.append(tail)
+            if not frames and self.tagged and not self._first_frame:
+                # the audio ended on a frame boundary: an empty frame carries
+                # the last-frame flag
+                frames = [np.zeros(0, np.float32)]
+        for i, frame in enumerate(frames):
+            flags = FrameFlags.LAST if last and i == len(frames) - 1 else FrameFlags.NONE
+            await self._send(encode(frame, self.config.encoding), frame.size, flags=flags)
+
+    async def send_whole(self) -> None:
+        """Without streamed audio: the segment's audio as one message."""
+        if self.config.stream_audio or not self._whole:
+            return
+        audio = np.concatenate(self._whole)
+        if self.config.response_format == "wav":
+            payload = wav_bytes(audio, self.rate, self.config.encoding)
+        else:
+            payload = encode(audio, self.config.encoding)
+        await self._send(payload, audio.size, flags=FrameFlags.LAST)
+
+    async def _send(
+        self,
+        payload: bytes,
+        samples: int,
+        *,
+        audio: bool = True,
+        flags: FrameFlags = FrameFlags.NONE,
+    ) -> None:
+        item, host = self.item, self.env.host
+        if audio and not await host.admit(item, samples * 1000 / self.rate):
+            return  # cancelled while waiting: the frame is dropped, never sent
+        if not audio:
+            flags |= FrameFlags.WAV_HEADER
+        frame = self._header(flags) + payload if self.tagged else payload
+        await self.env.out.audio(frame)
+        self.sent_bytes += len(payload)
+        self._first_frame = False
+        if audio:
+            self.samples_sent += samples
+        host.frame_sent(item, samples if audio else 0)
+
+    def _header(self, flags: FrameFlags) -> bytes:
+        ctx, utt = self.item.context, self.item.utterance
+        if self._first_frame:
+            flags |= FrameFlags.FIRST
+        return pack_header(
+            TaggedHeader(
+                context=ctx.number,
+                utterance_index=utt.index,
+                sequence=ctx.sequence,
+                sample_offset=round(utt.sent_ms * self.rate / 1000),
+                flags=flags,
+            )
+        )
 
 
 class AudioStream:
@@ -146,39 +274,50 @@ class AudioStream:
         self.name = name
         # the next segment is prefetched only while the session buffer has
         # room (its decode would otherwise add to a full buffer)
-        self.segments: SegmentQueue[Segment] = SegmentQueue(
+        self.segments: SegmentQueue[QueuedSegment] = SegmentQueue(
             self._submit, room=lambda: not env.budget.full
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        #: each utterance's engine stream, from its first segment until it is
+        #: closed or cancelled
+        self._engine_streams: dict[Utterance, EngineStream] = {}
+        #: resampler state carried to an utterance's next segment (queued
+        #: when the current one ended); dropped at the flush
+        self._resamplers: dict[Utterance, StreamResampler] = {}
 
     @property
-    def queue(self) -> deque[Segment]:
+    def queue(self) -> deque[QueuedSegment]:
         """Segments waiting behind the current one."""
         return self.segments.waiting
 
     @property
-    def current(self) -> Segment | None:
+    def current(self) -> QueuedSegment | None:
         """The segment being spoken."""
         return self.segments.current
 
-    # -- called by the session (reader side) ------------------------------
-    def enqueue(self, segment: Segment) -> None:
-        self.segments.append(segment)
+    # -- asked by the session core (reader side) ---------------------------
+    def enqueue(self, item: QueuedSegment) -> None:
+        self.segments.append(item)
         self._wake.set()
         if self.task is None:
             self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
 
-    def drop_utterances(self, utterances: list[Utterance]) -> None:
-        """Remove these utterances' queued segments and cancel their jobs."""
+    def cancel(self, utterances: list[Utterance]) -> bool:
+        """Stop these utterances: remove their queued segments and cancel
+        their engine work.  True if one of them is being spoken now: its
+        cancel report follows its last frame (``cancelled_audio_ended``)."""
         self.segments.drop(lambda s: s.utterance in utterances)
         for utterance in utterances:
-            if utterance.engine_stream is not None:
-                utterance.engine_stream.cancel()
-
-    def unsent_ms(self) -> float:
-        """Decoded but unsent audio of this stream's segments (debug, bound)."""
-        return sum(s.unsent_ms() for s in self.segments)
+            stream = self._engine_streams.pop(utterance, None)
+            if stream is not None:
+                stream.cancel()
+        current = self.current
+        if current is None or current.utterance not in utterances:
+            return False
+        assert current.job is not None  # the current segment is always submitted
+        current.job.cancel()
+        return True
 
     def has_work_for(self, context: Context) -> bool:
         return (self.current is not None and self.current.context is context) or any(
@@ -188,10 +327,10 @@ class AudioStream:
     def close_if_complete(self, utterance: Utterance) -> None:
         """Tell the utterance's engine stream that no segment will follow
         once ``input.done`` arrived and none is queued or being spoken."""
-        stream = utterance.engine_stream
-        done = utterance.done_received and not self.has_work_for_utterance(utterance)
-        if stream is not None and done:
-            stream.close()
+        if utterance.done_received and not self.has_work_for_utterance(utterance):
+            stream = self._engine_streams.pop(utterance, None)
+            if stream is not None:
+                stream.close()
 
     def has_next_for(self, utterance: Utterance) -> bool:
         return any(s.utterance is utterance for s in self.queue)
@@ -218,25 +357,23 @@ class AudioStream:
             self.task.cancel()
             self.task = None
 
-    # -- the task ---------------------------------------------------------
-    def _submit(self, segment: Segment) -> None:
-        utterance = segment.utterance
-        config = utterance.config
+    # -- submitting -----------------------------------------------------------
+    def _submit(self, item: QueuedSegment) -> None:
+        utterance = item.utterance
         start = utterance.first_audio_at
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
-        env = self.env
-        segment.voice_rate = env.voice_rates[config.voice]
         # the stream's first segment opens the utterance: its first chunk
         # jumps the engine's queue (StreamRequest.first_audio_priority)
-        segment.job = self._engine_stream(segment).submit(
-            SegmentRequest(text=segment.sentence.text, deadline=deadline)
+        item.job = self._engine_stream(item).submit(
+            SegmentRequest(text=item.segment.text, deadline=deadline)
         )
 
-    def _engine_stream(self, segment: Segment) -> EngineStream:
-        utterance = segment.utterance
-        if utterance.engine_stream is None:
+    def _engine_stream(self, item: QueuedSegment) -> EngineStream:
+        utterance = item.utterance
+        stream = self._engine_streams.get(utterance)
+        if stream is None:
             config = utterance.config
-            utterance.engine_stream = self.env.engine.open_stream(
+            stream = self.env.engine.open_stream(
                 StreamRequest(
                     voice=config.voice,
                     language=config.language,
@@ -244,13 +381,14 @@ class AudioStream:
                     instructions=config.instructions,
                     options=utterance.options,
                     alignment=True,
-                    label=f"{self.env.label}/{segment.context.id or '-'}",
+                    label=f"{self.env.label}/{item.context.id or '-'}",
                     # a whole-sentence message needs the whole sentence decoded
                     # before it can be sent, so only streamed audio is budgeted
                     budget=self.env.budget if config.stream_audio else None,
                 )
             )
-        return utterance.engine_stream
+            self._engine_streams[utterance] = stream
+        return stream
 
     def _audio_ahead_s(self, utterance: Utterance) -> float:
         """Seconds of the utterance's audio that play before a segment
@@ -261,27 +399,30 @@ class AudioStream:
         ahead = utterance.sent_ms / 1000
         current = self.current
         if current is not None and current.utterance is utterance and current.job is not None:
+            segment = current.segment
             total = current.job.stats.audio_seconds
             if total is None:
-                total = len(current.sentence.text) * SECONDS_PER_CHAR / utterance.config.speed
-            ahead += max(0.0, total - current.sent_ms / 1000)
+                total = estimate_seconds(segment.text, utterance.config.speed)
+            sent_s = (utterance.sent_ms - segment.start_ms) / 1000 if segment.started else 0.0
+            ahead += max(0.0, total - sent_s)
         return ahead
 
+    # -- the task ---------------------------------------------------------
     async def _run(self) -> None:
         try:
             while True:
                 while not self.queue:
                     self._wake.clear()
                     await self._wake.wait()
-                segment = self.segments.start_next()
+                item = self.segments.start_next()
                 try:
-                    await self._speak(segment)
+                    await self._speak(item)
                 finally:
                     self.segments.finish()  # the next may have waited for room
-                self.close_if_complete(segment.utterance)
+                self.close_if_complete(item.utterance)
                 # a cancel that arrived while audio.done was going out
-                await self._report_cancel(segment.context, None, 0)
-                await self._send(self.env.host.segment_ended(segment.context))
+                await self._report_cancel(item.context, None, 0)
+                await self._send(self.env.host.segment_dequeued(item.context))
         except ConnectionGone:
             self.env.host.connection_lost()
 
@@ -290,126 +431,63 @@ class AudioStream:
             await self.env.out.event(message)
 
     async def _report_cancel(
-        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int
+        self, ctx: Context, open_segment: Segment | None, sent_bytes: int
     ) -> None:
-        out = self.env.out
         reports = self.env.host.cancelled_audio_ended(
-            ctx, open_sentence, sent_bytes, delivered=not out.gone
+            ctx, open_segment, sent_bytes, delivered=not self.env.out.gone
         )
         await self._send(reports)
 
-    async def _flow_wait(self, ctx: Context, utt: Utterance, frame_ms: float) -> bool:
-        """Hold a frame until the context's listener window admits it;
-        False if the utterance was cancelled meanwhile (drop the frame)."""
-        out = self.env.out
-        admitted = await ctx.flow.admit(frame_ms, lambda: utt.cancelled or out.gone)
-        if admitted:  # the send clock of the listener-buffer estimate
-            ctx.listener.on_sent(frame_ms, time.monotonic())
-        return admitted
+    def _resampler(self, utterance: Utterance) -> StreamResampler:
+        resampler = self._resamplers.get(utterance)
+        if resampler is None:
+            voice_rate = self.env.voice_rates[utterance.config.voice]
+            resampler = StreamResampler(voice_rate, utterance.config.sample_rate)
+            self._resamplers[utterance] = resampler
+        return resampler
 
-    def _first_audio(self, utt: Utterance) -> None:
-        utt.first_audio_at = time.monotonic()
-        if utt.ready_at is not None:
-            self.env.metrics.time_to_first_audio.observe(utt.first_audio_at - utt.ready_at)
-
-    def _account_job(self, utt: Utterance, job: SynthesisJob) -> None:
-        stats = job.stats
-        metrics = self.env.metrics
-        utt.compute_ms += stats.compute_ms
-        if utt.queue_ms is None:
-            utt.queue_ms = stats.queue_ms
-        metrics.sentences.inc()
-        if stats.extra.get("acoustic_ms"):
-            metrics.acoustic_seconds.observe(stats.extra["acoustic_ms"] / 1000)
-        if stats.first_chunk_ms:
-            metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
-
-    async def _speak(self, segment: Segment) -> None:
-        ctx, utt, sentence = segment.context, segment.utterance, segment.sentence
-        config = utt.config
-        job = segment.job
+    async def _speak(self, item: QueuedSegment) -> None:
+        utt = item.utterance
+        job = item.job
         assert job is not None
-        out = self.env.out
-        sentence.started = True
-        sentence.start_ms = utt.sent_ms
-        rate = config.sample_rate
-        voice_rate = self.env.voice_rates[config.voice]
-        if ctx.resampler is None or ctx.resampler_utterance is not utt:
-            ctx.resampler = StreamResampler(voice_rate, rate)
-            ctx.resampler_utterance = utt
-        resampler = ctx.resampler
-        framer = Framer(rate, config.frame_ms)
-        tagged = config.framing == "tagged"
-        await out.event(
-            protocol.AudioStart(
-                context_id=ctx.id,
-                utterance_index=utt.index,
-                sentence_index=sentence.index,
-                sentence_text=sentence.text,
-                format=config.response_format,
-                encoding=config.encoding,
-                sample_rate=rate,
-                context_number=ctx.number,
-            )
-        )
-        total_bytes = 0
-        samples_sent = 0
-        first_frame = True
-        pending: list[np.ndarray] = []  # whole-sentence mode
+        host = self.env.host
+        await self._send(host.segment_started(item))
+        out = _SegmentOut(self.env, item)
+        resampler = self._resampler(utt)
+        await out.open()
+        failure = await self._decode(item, job, out, resampler)
+        if not utt.cancelled:
+            # the next segment of the utterance is queued: keep the
+            # resampler's state so the two join seamlessly
+            carry = self.has_next_for(utt) and failure is None
+            if not carry:
+                self._resamplers.pop(utt, None)
+            await out.push(np.zeros(0, np.float32) if carry else resampler.flush(), last=True)
+            await out.send_whole()
+        if utt.cancelled:
+            # frames after the cancel were dropped by admit: the report
+            # follows the last frame that actually went out
+            self._resamplers.pop(utt, None)
+            await self._report_cancel(item.context, item.segment, out.sent_bytes)
+            return
+        await self._send(host.segment_finished(item, out.sent_bytes, out.samples_sent, failure))
 
-        async def send(payload: bytes, n_samples: int, flags: FrameFlags = FrameFlags.NONE) -> None:
-            nonlocal total_bytes, samples_sent, first_frame
-            is_audio = not flags & FrameFlags.WAV_HEADER
-            if is_audio and not await self._flow_wait(ctx, utt, n_samples * 1000 / rate):
-                return  # cancelled while waiting: the frame is dropped, never sent
-            if tagged:
-                if first_frame:
-                    flags |= FrameFlags.FIRST
-                header = TaggedHeader(
-                    context=ctx.number,
-                    utterance_index=utt.index,
-                    sequence=ctx.sequence,
-                    sample_offset=round(utt.sent_ms * rate / 1000),
-                    flags=flags,
-                )
-                ctx.sequence += 1
-                payload_out = pack_header(header) + payload
-            else:
-                payload_out = payload
-            await out.audio(payload_out)
-            total_bytes += len(payload)
-            first_frame = False
-            if is_audio:
-                samples_sent += n_samples
-                utt.sent_ms += n_samples * 1000 / rate
-                segment.sent_ms += n_samples * 1000 / rate
-                if utt.first_audio_at is None and n_samples:
-                    self._first_audio(utt)
-
-        async def emit(samples: np.ndarray, last: bool = False) -> None:
-            if not config.stream_audio:
-                pending.append(samples)
-                return
-            frames = framer.push(samples)
-            if last:
-                tail = framer.flush()
-                if tail is not None and tail.size:
-                    frames.append(tail)
-            if last and not frames and tagged and not first_frame:
-                # the audio ended on a frame boundary: an empty frame carries
-                # the last-frame flag
-                frames = [np.zeros(0, np.float32)]
-            for i, frame in enumerate(frames):
-                flags = FrameFlags.LAST if last and i == len(frames) - 1 else FrameFlags.NONE
-                await send(encode(frame, config.encoding), frame.size, flags)
-
-        if config.stream_audio and config.response_format == "wav":
-            await send(wav_header(rate, config.encoding, None), 0, FrameFlags.WAV_HEADER)
-
-        # the delivery pipeline (gateway.text.pipeline): the job's events with
-        # the audio resampled; a failure is logged and classified there
+    async def _decode(
+        self, item: QueuedSegment, job: SynthesisJob, out: _SegmentOut, resampler: StreamResampler
+    ) -> GatewayError | None:
+        """Speak the job's events until it ends or the utterance is
+        cancelled; the segment's failure, if it failed."""
+        utt, segment = item.utterance, item.segment
+        voice_rate = resampler.in_rate
+        budgeted = utt.config.stream_audio
+        # the delivery pipeline (gateway.text.pipeline), shared with HTTP: the
+        # job's events with the audio resampled; an engine failure or a bug
+        # is logged and classified there
         speaking = SegmentAudio(
-            job, resampler, where=f"context={ctx.id} sentence={sentence.index}", logger=self.env.log
+            job,
+            resampler,
+            where=f"context={item.context.id} sentence={segment.index}",
+            logger=self.env.log,
         )
         try:
             async with contextlib.aclosing(speaking.events()) as events:
@@ -417,64 +495,17 @@ class AudioStream:
                     if utt.cancelled:
                         break
                     if isinstance(event, WordTimings):
-                        sentence.words = event.words
-                        if config.timestamps:
-                            await out.event(
-                                protocol.Alignment(
-                                    context_id=ctx.id,
-                                    utterance_index=utt.index,
-                                    sentence_index=sentence.index,
-                                    words=[
-                                        protocol.WordTimestamp(
-                                            word=w.word,
-                                            start_ms=round(sentence.start_ms + w.start_ms, 1),
-                                            end_ms=round(sentence.start_ms + w.end_ms, 1),
-                                        )
-                                        for w in event.words
-                                    ],
-                                )
-                            )
+                        await self._send(self.env.host.words_timed(item, event.words))
                     else:
-                        await emit(event.samples)
-                        if config.stream_audio:  # written to the socket: budget freed
+                        await out.push(event.samples)
+                        if budgeted:  # written to the socket: budget freed
                             self.env.budget.release(job, event.native_samples / voice_rate)
                         self.segments.prefetch()  # sending made room in the session buffer
         except ConnectionGone:
-            raise  # the pipeline cancelled the job as the generator closed
-        except Exception:  # a bug on this side of the pipeline: the sentence fails
+            raise  # the pipeline cancelled the job as its generator closed
+        except Exception:  # a bug on this side of the pipeline: the segment fails
             speaking.broke()
         finally:
-            self._account_job(utt, job)
+            self.env.host.job_ended(item, job.stats)
             self.env.budget.release(job)
-        failed = speaking.failure
-
-        if not utt.cancelled:
-            carry = self.has_next_for(utt) and failed is None
-            tail = np.zeros(0, np.float32) if carry else resampler.flush()
-            await emit(tail, last=True)
-        if not config.stream_audio and pending and not utt.cancelled:
-            audio = np.concatenate(pending)
-            if config.response_format == "wav":
-                payload = wav_bytes(audio, rate, config.encoding)
-            else:
-                payload = encode(audio, config.encoding)
-            await send(payload, audio.size, FrameFlags.LAST)
-        if utt.cancelled:
-            # frames after the cancel were dropped by _flow_wait: the report
-            # follows the last frame that actually went out
-            resampler.flush()
-            await self._report_cancel(ctx, sentence, total_bytes)
-            return
-        sentence.audio_ms = samples_sent * 1000 / rate
-        sentence.finished = True
-        if failed is not None:
-            await out.event(
-                protocol.Error(
-                    code=failed.code,  # engine_refused or internal (gateway.text.pipeline)
-                    message=f"sentence {sentence.index}: {failed.message}",
-                    context_id=ctx.id,
-                    partial_audio=total_bytes > 0,
-                    action="sentence_skipped",
-                )
-            )
-        await out.event(utt.audio_done(ctx.id, sentence, total_bytes, error=failed is not None))
+        return _failure(segment, speaking.failure)
