@@ -9,9 +9,9 @@ total characters, and the type of every ``input`` (one that is not a
 string makes the character count meaningless, so the whole batch is
 refused with the code the single endpoint gives: ``invalid_message``, with
 the item's path as msgspec words it).  An item's own mistake or failure is
-that item's ``error``; the others still run.  Items wait for a slot of
-``max_http_streams`` (``GatewayState.http_admission``) and at most
-``batch_concurrency`` run at once.
+that item's ``error``; the others still run.  Items wait (as long as
+needed) for a slot of ``max_http_streams`` (``GatewayState.http_admission``,
+the shared admission queue) and at most ``batch_concurrency`` run at once.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import asyncio
 import base64
 import itertools
 import json
+import math
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ from starlette.responses import Response
 
 from gateway.audio.containers import ContainerEncoder
 from gateway.errors import ErrorCode, GatewayError
+from gateway.flow.admission import Refused
+from gateway.http.admission import http_busy, http_client
 from gateway.http.errors import (
     check_request,
     error_body,
@@ -109,7 +112,10 @@ async def _speak_item(request: Request, plan: SpeechPlan, limit: asyncio.Semapho
     state = gateway_state(request)
     slots = state.http_admission
     async with limit:
-        await slots.acquire()
+        try:  # batch items wait as long as needed (the queue's length still bounds)
+            ticket = await slots.acquire(http_client(request, state), deadline_s=math.inf)
+        except Refused as refused:
+            raise http_busy(slots, refused.ticket) from None
         try:
             encoder = ContainerEncoder(plan.response_format, plan.sample_rate, stream=False)
             audio = encoded_audio(state, plan, f"http-batch-{next(_batch_ids)}", encoder)
@@ -118,7 +124,7 @@ async def _speak_item(request: Request, plan: SpeechPlan, limit: asyncio.Semapho
             finally:
                 await audio.aclose()
         finally:
-            slots.release()
+            slots.release(ticket)
     return _Spoken(data, encoder.media_type, encoder.samples)
 
 

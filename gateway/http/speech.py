@@ -16,8 +16,11 @@ with base64 audio, then ``speech.audio.done``; ``file`` (``stream: false``):
 one complete file with exact headers.
 
 Admission: ``GatewayState.http_admission`` (``max_http_streams``) caps HTTP
-synthesis separately from the WebSocket's ``max_active_streams``; single
-requests are refused when it is full, batch items wait for a slot.
+synthesis separately from the WebSocket's ``max_active_streams``, with the
+same admission queue in front (``gateway.flow.admission``,
+``gateway.http.admission``): a request waits up to ``admission_deadline_s``
+for a slot, then ``503 busy`` with ``Retry-After``; batch items wait as long
+as needed.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.audio.containers import ContainerEncoder, format_support
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import GatewayError
+from gateway.flow.admission import Refused
 from gateway.http import sse
+from gateway.http.admission import http_busy, http_client
 from gateway.http.batch import speech_batch
 from gateway.http.errors import (
     check_request,
@@ -67,16 +72,17 @@ async def speech(request: Request) -> Response | SpeechResponse:
     except GatewayError as exc:
         return error_response(exc, state)
     slots = state.http_admission
-    if not slots.try_acquire():
-        busy = f"{slots.limit} HTTP speech requests are in progress; retry shortly"
-        return error_response(GatewayError(ErrorCode.BUSY, busy), state)
+    try:  # the wait counts in the client's time to first audio
+        ticket = await slots.acquire(http_client(request, state))
+    except Refused as no_slot:
+        return error_response(http_busy(slots, no_slot.ticket), state)
     label = f"http-{next(_request_ids)}"
     try:
         encoder = ContainerEncoder(
             plan.response_format, plan.sample_rate, stream=plan.mode != "file"
         )
     except Exception:
-        slots.release()  # the response that would release it never starts
+        slots.release(ticket)  # the response that would release it never starts
         return error_response(internal_error(f"creating the {plan.response_format} encoder"), state)
     if plan.mode == "sse":
         body = sse.sse_events(state, plan, label, encoder)
@@ -90,7 +96,7 @@ async def speech(request: Request) -> Response | SpeechResponse:
         headers=_headers(plan),
         state=state,
         whole=plan.mode == "file",
-        on_close=slots.release,
+        on_close=lambda: slots.release(ticket),
     )
 
 
