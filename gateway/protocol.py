@@ -439,12 +439,20 @@ def too_deep() -> GatewayError:
     )
 
 
-def _checked(message: ClientMessage) -> ClientMessage:
-    """Checks the types cannot express: no NUL in text to be spoken (the
-    phonemizer is C code; a NUL would cut the sentence short)."""
-    if isinstance(message, InputText) and "\x00" in message.text:
+def check_no_nul(text: str, name: str, path: str, param: str | None = None) -> None:
+    """Text to be spoken holds no NUL (the phonemizer is C code; a NUL would
+    cut the sentence short): ``invalid_message``, worded alike for the
+    WebSocket's ``input.text`` and the HTTP API's ``input``."""
+    if "\x00" in text:
         raise GatewayError(
             ErrorCode.INVALID_MESSAGE,
-            "input.text contains a NUL character (U+0000); remove it - at `$.text`",
+            f"{name} contains a NUL character (U+0000); remove it - at `{path}`",
+            param=param,
         )
+
+
+def _checked(message: ClientMessage) -> ClientMessage:
+    """Checks the types cannot express (``check_no_nul``)."""
+    if isinstance(message, InputText):
+        check_no_nul(message.text, "input.text", "$.text")
     return message

@@ -358,8 +358,8 @@ def test_batch_input_of_the_wrong_type_is_400(
 
 
 async def test_nul_in_text_is_a_client_error(server: RunningServer, server_log: _Collect) -> None:
-    """#9: HTTP 400 `invalid_config` (param input); WebSocket `invalid_message`,
-    not fatal, and the text is not spoken in part."""
+    """#9: `invalid_message` on both surfaces (HTTP 400, param input; on the
+    WebSocket not fatal), worded alike, and the text is not spoken in part."""
     async with httpx.AsyncClient(timeout=60) as http:
         response = await http.post(
             server.http + "/v1/audio/speech",
@@ -367,7 +367,8 @@ async def test_nul_in_text_is_a_client_error(server: RunningServer, server_log: 
         )
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert error["code"] == "invalid_config" and error["param"] == "input"
+    assert error["code"] == "invalid_message" and error["param"] == "input"
+    assert "contains a NUL character (U+0000); remove it" in error["message"]
     ws = await _session(server.ws_url)
     try:
         await send(ws, type="input.text", text="Hello\x00 there.")

@@ -276,6 +276,16 @@ class EngineStream(abc.ABC):
         segments end.  Idempotent; does not cancel."""
 
 
+def voice_named(voices: Sequence[VoiceInfo], name: str) -> VoiceInfo | None:
+    """The voice called ``name`` (case-insensitive, spaces ignored), or None:
+    the one lookup ``Engine.find_voice`` and ``session.config`` share."""
+    wanted = name.strip().casefold()
+    for voice in voices:
+        if voice.name.casefold() == wanted:
+            return voice
+    return None
+
+
 class Engine(abc.ABC):
     """A speech model behind the gateway.  Created by the registry, started
     in the app's lifespan, shared by every session."""
@@ -310,12 +320,8 @@ class Engine(abc.ABC):
         return self.voices()[0]
 
     def find_voice(self, name: str) -> VoiceInfo | None:
-        """Case-insensitive lookup of a voice by name."""
-        wanted = name.strip().casefold()
-        for voice in self.voices():
-            if voice.name.casefold() == wanted:
-                return voice
-        return None
+        """Case-insensitive lookup of a voice by name (``voice_named``)."""
+        return voice_named(self.voices(), name)
 
     def ready(self) -> bool:
         """Able to serve now (``/readyz``, after ``start``).  An engine of

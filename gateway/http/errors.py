@@ -3,14 +3,15 @@
 Every HTTP error the gateway answers is ``{"error": {"message", "type",
 "param", "code"}}`` with the status and ``type`` of its ``ErrorCode``
 (``gateway/errors.py``), so the WebSocket and HTTP surfaces share one table.
-Also here: reading a request body with a size cap, and the API-key check
-for HTTP routes.
+Also here: reading a request body with a size cap, the API-key check
+for HTTP routes, and ``internal_error`` (a bug: logged, never shown).
 
 What it must not do: invent statuses or types outside the registry.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -20,6 +21,9 @@ from starlette.responses import JSONResponse
 from gateway.errors import BUSY_RETRY_AFTER_S, ErrorCode, GatewayError
 from gateway.http.security import key_ok
 from gateway.state import GatewayState
+from gateway.text.pipeline import INTERNAL_MESSAGE
+
+log = logging.getLogger(__name__)
 
 
 def error_body(error: GatewayError) -> dict[str, Any]:
@@ -31,6 +35,14 @@ def error_body(error: GatewayError) -> dict[str, Any]:
             "code": str(error.code),
         }
     }
+
+
+def internal_error(what: str) -> GatewayError:
+    """A bug in the gateway while doing ``what``, called in the ``except``
+    block: the traceback goes to the log, the client gets ``internal`` with
+    no exception text."""
+    log.exception("HTTP %s broke", what)
+    return GatewayError(ErrorCode.INTERNAL, INTERNAL_MESSAGE)
 
 
 def error_response(error: GatewayError, state: GatewayState | None = None) -> JSONResponse:

@@ -61,23 +61,22 @@ from gateway.audio.framing import FrameFlags, Framer, TaggedHeader, pack_header
 from gateway.audio.resample import StreamResampler
 from gateway.audio.wav import wav_bytes, wav_header
 from gateway.engines.base import (
-    AudioChunk,
     Engine,
     EngineStream,
     SegmentRequest,
     SegmentStats,
     StreamRequest,
-    SynthesisError,
     SynthesisJob,
     WordTiming,
     WordTimings,
 )
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import GatewayError
 from gateway.flow.budget import DecodeBudget
 from gateway.flow.listener import ListenerSilent
 from gateway.session.contexts import Context
 from gateway.session.utterance import Segment, Utterance
 from gateway.text.duration import estimate_seconds
+from gateway.text.pipeline import SegmentAudio
 from gateway.text.queue import SegmentQueue
 from gateway.ws.outbound import ConnectionGone
 
@@ -180,15 +179,12 @@ class StreamEnv:
     host: StreamHost
 
 
-def _failure(segment: Segment, exc: SynthesisError) -> GatewayError:
-    """A failed segment as the WebSocket client hears of it."""
-    if exc.refused:
-        return GatewayError(
-            ErrorCode.ENGINE_REFUSED, f"the engine refused sentence {segment.index}: {exc}"
-        )
-    if exc.busy:  # capacity: no engine server could take it now (retry advice follows)
-        return GatewayError(ErrorCode.BUSY, f"synthesis of sentence {segment.index} failed: {exc}")
-    return GatewayError(ErrorCode.INTERNAL, f"synthesis of sentence {segment.index} failed: {exc}")
+def _failure(segment: Segment, failure: GatewayError | None) -> GatewayError | None:
+    """A failed segment as the WebSocket client hears of it: the pipeline's
+    code and message, naming the sentence."""
+    if failure is None:
+        return None
+    return GatewayError(failure.code, f"sentence {segment.index}: {failure.message}")
 
 
 class _SegmentOut:
@@ -499,43 +495,32 @@ class AudioStream:
         utt, segment = item.utterance, item.segment
         voice_rate = resampler.in_rate
         budgeted = utt.config.stream_audio
-        events = job.__aiter__()
+        # the delivery pipeline (gateway.text.pipeline), shared with HTTP: the
+        # job's events with the audio resampled; an engine failure or a bug
+        # is logged and classified there
+        speaking = SegmentAudio(
+            job,
+            resampler,
+            where=f"context={item.context.id} sentence={segment.index}",
+            logger=self.env.log,
+        )
         try:
-            async for event in events:
-                if utt.cancelled:
-                    break
-                if isinstance(event, WordTimings):
-                    await self._send(self.env.host.words_timed(item, event.words))
-                elif isinstance(event, AudioChunk):
-                    await out.push(resampler.process(event.samples))
-                    if budgeted:  # written to the socket: budget freed
-                        self.env.budget.release(job, event.samples.size / voice_rate)
-                    self.segments.prefetch()  # sending made room in the session buffer
+            async with contextlib.aclosing(speaking.events()) as events:
+                async for event in events:
+                    if utt.cancelled:
+                        break
+                    if isinstance(event, WordTimings):
+                        await self._send(self.env.host.words_timed(item, event.words))
+                    else:
+                        await out.push(event.samples)
+                        if budgeted:  # written to the socket: budget freed
+                            self.env.budget.release(job, event.native_samples / voice_rate)
+                        self.segments.prefetch()  # sending made room in the session buffer
         except ConnectionGone:
-            job.cancel()
-            raise
-        except SynthesisError as exc:  # the segment fails, the session goes on
-            self.env.log.warning(
-                "synthesis failed (context=%s sentence=%d): %s", item.context.id, segment.index, exc
-            )
-            job.cancel()
-            return _failure(segment, exc)
-        except Exception:  # a bug in the gateway: logged, never shown to the client
-            self.env.log.exception(
-                "speaking a segment failed (context=%s sentence=%d)", item.context.id, segment.index
-            )
-            job.cancel()
-            return GatewayError(
-                ErrorCode.INTERNAL,
-                f"synthesis of sentence {segment.index} failed: a server error (logged)",
-            )
+            raise  # the pipeline cancelled the job as its generator closed
+        except Exception:  # a bug on this side of the pipeline: the segment fails
+            speaking.broke()
         finally:
-            # close the iterator now (not at garbage collection) so the
-            # engine's own cleanup runs when the stream leaves early
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
             self.env.host.job_ended(item, job.stats)
             self.env.budget.release(job)
-        return None
+        return _failure(segment, speaking.failure)

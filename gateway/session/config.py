@@ -15,7 +15,7 @@ import msgspec
 from msgspec import UNSET
 
 from gateway.audio.framing import frame_start
-from gateway.engines.base import VoiceInfo
+from gateway.engines.base import VoiceInfo, voice_named
 from gateway.errors import ErrorCode, GatewayError
 from gateway.protocol import EffectiveConfig, SessionConfig
 from gateway.session.validation import (
@@ -56,10 +56,11 @@ def default_config(voice: VoiceInfo, engine_name: str) -> EffectiveConfig:
 
 
 def _find_voice(name: str, voices: Sequence[VoiceInfo]) -> VoiceInfo:
-    wanted = name.strip().casefold()
-    for voice in voices:
-        if voice.name.casefold() == wanted:
-            return voice
+    """A canonical voice name (``VoiceDesk`` resolved aliases and uploads
+    before the config got here), or ``unknown_voice``."""
+    voice = voice_named(voices, name)
+    if voice is not None:
+        return voice
     available = ", ".join(v.name for v in voices)
     raise GatewayError(
         ErrorCode.UNKNOWN_VOICE,

@@ -1,6 +1,6 @@
 """The one validator of what a client asks to be spoken with, shared by the
 WebSocket ``session.config`` (``gateway.session.config``) and the HTTP
-speech API (``gateway.http.speech``).
+speech API (``gateway.http.plan``).
 
 Bounds come from the protocol types (``protocol.Speed``,
 ``protocol.SampleRate``), so the WebSocket decoder and the HTTP checks can
@@ -22,6 +22,7 @@ import msgspec
 from gateway import protocol
 from gateway.engines.base import CLONING_OPTIONS, VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
+from gateway.text.segmenter import is_speakable
 
 #: model names that mean "the engine the server runs" (OpenAI's and ours)
 MODEL_ALIASES = frozenset({"tts-1", "tts-1-hd", "gpt-4o-mini-tts"})
@@ -39,8 +40,33 @@ _RATE_MIN, _RATE_MAX = _bounds(protocol.SampleRate)
 SAMPLE_RATE_MIN, SAMPLE_RATE_MAX = int(_RATE_MIN), int(_RATE_MAX)
 
 
-def _invalid(message: str, param: str) -> GatewayError:
+def invalid_config(message: str, param: str) -> GatewayError:
+    """A configuration field's mistake (``voice``, ``speed``, ``stream`` ...)."""
     return GatewayError(ErrorCode.INVALID_CONFIG, message, param=param)
+
+
+def invalid_message(message: str, param: str) -> GatewayError:
+    """A mistake in the message itself: its text, its shape (never a
+    configuration field)."""
+    return GatewayError(ErrorCode.INVALID_MESSAGE, message, param=param)
+
+
+def check_input_text(text: str, max_chars: int, param: str = "input") -> str:
+    """A whole text to be spoken (the HTTP API's ``input``): a mistake in it
+    is ``invalid_message`` (``text_too_long`` over ``max_chars``), as the
+    same mistake in the WebSocket's ``input.text`` is."""
+    if not text.strip():
+        raise invalid_message(f"`{param}` is empty", param)
+    protocol.check_no_nul(text, f"`{param}`", f"$.{param}", param)
+    if len(text) > max_chars:
+        raise GatewayError(
+            ErrorCode.TEXT_TOO_LONG,
+            f"`{param}` has {len(text)} characters; the limit is {max_chars} characters",
+            param=param,
+        )
+    if not is_speakable(text):
+        raise invalid_message(f"`{param}` has nothing speakable (no letters or digits)", param)
+    return text
 
 
 def check_model(model: str, engine_name: str, model_names: Sequence[str] = ()) -> None:
@@ -49,20 +75,20 @@ def check_model(model: str, engine_name: str, model_names: Sequence[str] = ()) -
     accepted = MODEL_ALIASES | {engine_name, *model_names}
     if model not in accepted:
         known = ", ".join(sorted(accepted))
-        raise _invalid(
+        raise invalid_config(
             f"unknown model {model!r}; this server runs {engine_name!r} (also: {known})", "model"
         )
 
 
 def check_speed(speed: float) -> float:
     if not SPEED_MIN <= speed <= SPEED_MAX:
-        raise _invalid(f"speed must be {SPEED_MIN} to {SPEED_MAX}, got {speed}", "speed")
+        raise invalid_config(f"speed must be {SPEED_MIN} to {SPEED_MAX}, got {speed}", "speed")
     return speed
 
 
 def check_sample_rate(rate: int) -> int:
     if not SAMPLE_RATE_MIN <= rate <= SAMPLE_RATE_MAX:
-        raise _invalid(
+        raise invalid_config(
             f"sample_rate must be {SAMPLE_RATE_MIN} to {SAMPLE_RATE_MAX} Hz, got {rate}",
             "sample_rate",
         )

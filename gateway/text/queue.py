@@ -10,7 +10,8 @@ that bookkeeping; submitting a segment (the engine call) is the caller's
 (the WebSocket session's buffer; HTTP always has room).
 
 Users: ``gateway.session.audio_stream.AudioStream`` (a session's live queue, fed as text
-arrives) and ``gateway.http.speech.synthesize`` (a whole request's text).
+arrives) and ``gateway.http.synthesis.synthesize`` (a whole request's text);
+both read each segment's job through ``gateway.text.pipeline.SegmentAudio``.
 No I/O, no tasks.
 """
 

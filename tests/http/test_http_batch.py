@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Callable
 
 import httpx
 
-from tests.conftest import RunningServer
+from gateway.engines.base import Capabilities, EngineStream, StreamRequest
+from gateway.engines.synthetic import SyntheticEngine
+from gateway.settings import Settings
+from tests.conftest import RunningServer, run_server
+from tests.conftest import test_settings as make_settings
 from tests.http.helpers import decode
 
 
@@ -48,7 +53,8 @@ def test_batch_mixed_items(piper_server: RunningServer) -> None:
     assert results[4]["media_type"] == "audio/mpeg"
     decode(base64.b64decode(results[4]["audio"]), "mp3")
     assert results[2]["error"]["code"] == "unknown_voice"
-    assert results[3]["error"]["code"] == "invalid_config"
+    assert results[3]["error"]["code"] == "invalid_message"
+    assert results[3]["error"]["param"] == "input"
     assert results[5]["error"]["param"] == "stream"
     assert results[6]["error"]["code"] == "invalid_message"
     assert results[7]["error"]["code"] == "unsupported_option"
@@ -67,3 +73,48 @@ def test_batch_limits(server_factory: Callable[..., RunningServer]) -> None:
     assert response.json()["error"]["code"] == "invalid_json"
     response = httpx.post(url, json={"voice": "joe"}, timeout=30)
     assert response.json()["error"]["code"] == "invalid_message"
+
+
+class _RecordingEngine(SyntheticEngine):
+    """The synthetic engine, declaring a style prompt and voice cloning, that
+    keeps every ``StreamRequest`` it is given (what reached the engine)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.requests: list[StreamRequest] = []
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return dataclasses.replace(super().capabilities, instructions=True, cloning=True)
+
+    def open_stream(self, request: StreamRequest) -> EngineStream:
+        self.requests.append(request)
+        return super().open_stream(request)
+
+
+def test_batch_keeps_instructions_language_and_clone_fields() -> None:
+    """A batch item reaches the engine with everything a single request
+    would pass: the style prompt, the language and the voice-clone options."""
+    settings = make_settings(engine="synthetic")
+    engine = _RecordingEngine(settings)
+    clone = {"task_type": "Base", "ref_audio": "data:audio/wav;base64,UklGRg==", "ref_text": "Hi."}
+    item = {"input": "Hello there.", "instructions": " Whisper it. ", "language": "en", **clone}
+    with run_server(settings, engine) as server:
+        single = httpx.post(
+            server.http + "/v1/audio/speech",
+            json={"voice": "tone", "response_format": "wav", **item},
+            timeout=60,
+        )
+        assert single.status_code == 200, single.text
+        batch = httpx.post(
+            server.http + "/v1/audio/speech/batch",
+            json={"voice": "tone", "response_format": "wav", "items": [item]},
+            timeout=60,
+        )
+    assert batch.status_code == 200, batch.text
+    assert batch.json()["data"][0]["status"] == "ok", batch.text
+    assert len(engine.requests) == 2
+    direct, batched = engine.requests
+    assert batched.instructions == direct.instructions == "Whisper it."
+    assert batched.language == direct.language == "en-US"
+    assert dict(batched.options) == dict(direct.options) == clone

@@ -1,0 +1,186 @@
+"""``POST /v1/audio/speech/batch``: many texts in one request, each item a
+whole file, base64 in one JSON answer.
+
+The body is ``{"items": [...], ...shared defaults}``; each item overrides
+the defaults and becomes a plan through the same ``make_plan`` a single
+request uses (so nothing a single request passes to the engine is lost).
+Whole-batch checks run before any item is synthesized: the item count, the
+total characters, and the type of every ``input`` (one that is not a
+string makes the character count meaningless, so the whole batch is
+refused with the code the single endpoint gives: ``invalid_message``, with
+the item's path as msgspec words it).  An item's own mistake or failure is
+that item's ``error``; the others still run.  Items wait (as long as
+needed) for a slot of ``max_http_streams`` (``GatewayState.http_admission``,
+the shared admission queue) and at most ``batch_concurrency`` run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import math
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.audio.containers import ContainerEncoder
+from gateway.errors import ErrorCode, GatewayError
+from gateway.flow.admission import Refused
+from gateway.http.admission import http_busy, http_client
+from gateway.http.errors import (
+    check_request,
+    error_body,
+    error_response,
+    gateway_state,
+    internal_error,
+    read_body,
+)
+from gateway.http.plan import SpeechPlan, decode_body, make_plan
+from gateway.http.response import SpeechResponse
+from gateway.http.synthesis import encoded_audio
+from gateway.protocol import too_deep
+from gateway.session.validation import invalid_message
+
+_batch_ids = itertools.count(1)
+
+_JSON_NAMES = {
+    type(None): "null",
+    bool: "bool",
+    int: "int",
+    float: "float",
+    list: "array",
+    dict: "object",
+}
+
+
+def check_batch_inputs(items: list[Any], defaults: dict[str, Any]) -> None:
+    """Raise ``invalid_message`` for the first ``input`` that is not a string."""
+    if "input" in defaults and not isinstance(defaults["input"], str):
+        raise _not_a_string(defaults["input"], "$.input", "input")
+    for index, item in enumerate(items):
+        if isinstance(item, dict) and "input" in item and not isinstance(item["input"], str):
+            raise _not_a_string(item["input"], f"$.items[{index}].input", "items")
+
+
+def _not_a_string(value: object, path: str, param: str) -> GatewayError:
+    kind = _JSON_NAMES.get(type(value), type(value).__name__)
+    return invalid_message(f"Expected `str`, got `{kind}` - at `{path}`", param)
+
+
+def batch_items(raw: bytes, max_items: int, max_chars: int) -> tuple[list[Any], dict[str, Any]]:
+    """The items and the shared defaults of a batch body, or ``GatewayError``."""
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise GatewayError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise too_deep() from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+        raise invalid_message(
+            "the body must be an object with an `items` array (and shared defaults)", "items"
+        )
+    items: list[Any] = doc.pop("items")
+    if not items:
+        raise invalid_message("`items` is empty", "items")
+    if len(items) > max_items:
+        raise invalid_message(f"{len(items)} items; a batch holds at most {max_items}", "items")
+    check_batch_inputs(items, doc)
+    total = sum(len(i.get("input", "")) for i in items if isinstance(i, dict))
+    if total > max_chars:
+        raise GatewayError(
+            ErrorCode.TEXT_TOO_LONG,
+            f"the batch has {total} input characters; the limit is {max_chars}",
+            param="items",
+        )
+    return items, doc
+
+
+@dataclass(frozen=True)
+class _Spoken:
+    data: bytes
+    media_type: str
+    samples: int
+
+
+async def _speak_item(request: Request, plan: SpeechPlan, limit: asyncio.Semaphore) -> _Spoken:
+    state = gateway_state(request)
+    slots = state.http_admission
+    async with limit:
+        try:  # batch items wait as long as needed (the queue's length still bounds)
+            ticket = await slots.acquire(http_client(request, state), deadline_s=math.inf)
+        except Refused as refused:
+            raise http_busy(slots, refused.ticket) from None
+        try:
+            encoder = ContainerEncoder(plan.response_format, plan.sample_rate, stream=False)
+            audio = encoded_audio(state, plan, f"http-batch-{next(_batch_ids)}", encoder)
+            try:
+                data = b"".join([piece async for piece in audio])
+            finally:
+                await audio.aclose()
+        finally:
+            slots.release(ticket)
+    return _Spoken(data, encoder.media_type, encoder.samples)
+
+
+async def _item(
+    request: Request, index: int, fields: dict[str, Any], limit: asyncio.Semaphore
+) -> dict[str, Any]:
+    """One item's result: its audio, or its error (the other items go on)."""
+    state = gateway_state(request)
+    try:
+        plan = await make_plan(request, decode_body(fields), batch=True)
+        spoken = await _speak_item(request, plan, limit)
+    except GatewayError as exc:
+        error = exc
+    except Exception:
+        error = internal_error(f"batch item {index}")
+    else:
+        return {
+            "index": index,
+            "status": "ok",
+            "media_type": spoken.media_type,
+            "response_format": plan.response_format,
+            "sample_rate": plan.sample_rate,
+            "voice": plan.voice.name,
+            "audio_ms": round(spoken.samples * 1000 / plan.sample_rate, 1),
+            "audio": base64.b64encode(spoken.data).decode(),
+        }
+    state.metrics.errors.labels(code=str(error.code)).inc()
+    return {"index": index, "status": "error", **error_body(error)}
+
+
+async def speech_batch(request: Request) -> Response | SpeechResponse:
+    state = gateway_state(request)
+    if (refused := check_request(request)) is not None:
+        return error_response(refused, state)
+    settings = state.settings
+    limit_bytes = max(settings.max_message_bytes, 8 * settings.max_batch_chars)
+    try:
+        raw = await read_body(request, limit_bytes)
+        items, defaults = batch_items(raw, settings.max_batch_items, settings.max_batch_chars)
+    except GatewayError as exc:
+        return error_response(exc, state)
+    concurrency = asyncio.Semaphore(settings.batch_concurrency)
+
+    async def run(index: int, item: Any) -> dict[str, Any]:
+        if not isinstance(item, dict):
+            error = GatewayError(ErrorCode.INVALID_MESSAGE, "a batch item must be an object")
+            return {"index": index, "status": "error", **error_body(error)}
+        return await _item(request, index, {**defaults, **item}, concurrency)
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        results = await asyncio.gather(*(run(i, item) for i, item in enumerate(items)))
+        ok = sum(1 for r in results if r["status"] == "ok")
+        yield json.dumps(
+            {"object": "list", "succeeded": ok, "failed": len(results) - ok, "data": results}
+        ).encode()
+
+    return SpeechResponse(
+        body(), media_type="application/json", headers={}, state=state, whole=True
+    )

@@ -1,0 +1,233 @@
+"""The request schema of ``POST /v1/audio/speech`` and the plan it becomes.
+
+A body is decoded into a ``SpeechBody`` (OpenAI's fields plus vllm-omni's
+extensions) and validated into a ``SpeechPlan`` by ``make_plan``, the one
+place a plan is built (single requests and batch items alike): the shared
+validator (``gateway.session.validation``) checks each field, the voice is
+resolved (aliases, uploaded voices), the format and rate are fixed.
+``SpeechPlan.stream_request`` is what the engine is asked for.
+
+A mistake in the text is ``invalid_message`` (``param: input``), as on the
+WebSocket; ``invalid_config`` is for configuration fields only.
+
+Pure but for the voice lookup (``resolve_voice`` may read the voice store).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+from starlette.requests import Request
+
+from gateway.audio.containers import RESPONSE_FORMATS, format_support, output_rate
+from gateway.engines.base import StreamRequest, VoiceInfo
+from gateway.errors import ErrorCode, GatewayError
+from gateway.http.errors import gateway_state
+from gateway.http.voices import resolve_voice
+from gateway.protocol import SampleRate, Speed, too_deep
+from gateway.session.validation import (
+    VLLM_ANY,
+    VLLM_DEFAULTS,
+    check_input_text,
+    check_instructions,
+    check_language,
+    check_model,
+    check_sample_rate,
+    check_speed,
+    check_vllm_fields,
+    invalid_config,
+)
+
+Mode = Literal["file", "audio", "sse"]
+
+
+class VoiceRef(msgspec.Struct, forbid_unknown_fields=True):
+    """OpenAI's voice object form: ``{"id": "alloy"}``."""
+
+    id: str
+
+
+class SpeechBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    input: str
+    voice: str | VoiceRef
+    model: str | None = None
+    response_format: str = "mp3"
+    # the protocol's bounded types: out of range, msgspec words it as the
+    # WebSocket's decoder does
+    speed: Speed = 1.0
+    instructions: str | None = None
+    stream_format: str | None = None
+    stream: bool | None = None
+    sample_rate: SampleRate | None = None
+    language: str | None = None
+    # vllm-omni's extension fields: accepted at their defaults; the voice-clone
+    # ones go to an engine declaring ``cloning`` (``validation.check_vllm_fields``)
+    task_type: str | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    non_streaming_mode: bool | None = None
+    max_new_tokens: int | None = None
+    initial_codec_chunk_frames: int | None = None
+
+
+@dataclass(frozen=True)
+class SpeechPlan:
+    text: str
+    voice: VoiceInfo
+    speed: float
+    response_format: str
+    sample_rate: int
+    mode: Mode
+    #: the style prompt, for an engine that declares ``instructions``
+    instructions: str | None = None
+    #: the language asked for (the voice's own tag), None: not given
+    language: str | None = None
+    #: voice-clone fields for an engine declaring ``cloning``
+    options: Mapping[str, object] = field(default_factory=dict)
+
+    def stream_request(self, label: str) -> StreamRequest:
+        """The engine stream this plan is spoken on."""
+        return StreamRequest(
+            voice=self.voice.name,
+            language=self.language,
+            speed=self.speed,
+            instructions=self.instructions,
+            options=self.options,
+            alignment=False,
+            first_audio_priority=False,  # a WebSocket utterance's first chunk goes first
+            label=label,
+        )
+
+
+#: the top-level field a msgspec validation message names (`` - at `$.speed` ``)
+_FIELD_PATH = re.compile(r"- at `\$\.([A-Za-z_]+)")
+
+
+def _field_error(message: str) -> GatewayError:
+    """msgspec's message for a bad field, kept as it is (the WebSocket's
+    decoder words the same mistake the same way): a configuration field's
+    is ``invalid_config``, the text's (``input``) or the body's shape
+    (an unknown field) ``invalid_message``."""
+    match = _FIELD_PATH.search(message)
+    name = match.group(1) if match else None
+    if name is None or name == "input":
+        return GatewayError(ErrorCode.INVALID_MESSAGE, message, param=name)
+    return invalid_config(message, name)
+
+
+def decode_body(data: bytes | dict[str, Any]) -> SpeechBody:
+    try:
+        if isinstance(data, dict):
+            return msgspec.convert(data, SpeechBody)
+        return msgspec.json.decode(data, type=SpeechBody)
+    except msgspec.ValidationError as exc:
+        raise _field_error(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise GatewayError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise too_deep() from None
+
+
+#: formats whose streamed form lacks what a whole-file reader needs: a
+#: streamed FLAC's STREAMINFO says "total samples unknown", which libsndfile
+#: cannot read, and the openai SDK's ``speech.create`` reads the body whole.
+#: Unless a client asks for a stream (``stream_format``, ``stream: true``),
+#: these come back as one complete file with exact headers.
+WHOLE_BY_DEFAULT: frozenset[str] = frozenset({"flac"})
+
+
+def response_mode(body: SpeechBody, *, batch: bool = False) -> Mode:
+    """How the audio goes back: a batch item is always a whole file."""
+    fmt = body.stream_format
+    if batch:
+        if body.stream is not None or fmt is not None:
+            raise invalid_config(
+                "batch items are returned whole: leave out stream and stream_format", "stream"
+            )
+        return "file"
+    if fmt is not None and fmt not in ("audio", "sse"):
+        raise invalid_config(
+            f"stream_format must be 'audio' or 'sse', not {fmt!r}", "stream_format"
+        )
+    if body.stream is False:
+        if fmt is not None:
+            raise invalid_config(
+                "`stream: false` and `stream_format` contradict each other", "stream"
+            )
+        return "file"
+    if body.stream is None and fmt is None and body.response_format in WHOLE_BY_DEFAULT:
+        return "file"
+    if fmt == "sse":
+        return "sse"
+    return "audio"  # OpenAI streams the body by default; `stream: true` is the same
+
+
+def _clone_options(body: SpeechBody, cloning: bool) -> dict[str, object]:
+    given = {
+        name: value
+        for name in (*VLLM_DEFAULTS, *VLLM_ANY)
+        if (value := getattr(body, name, None)) is not None
+    }
+    return {
+        name: value
+        for name, value in check_vllm_fields(given, cloning).items()
+        if value is not None
+    }
+
+
+def _output_rate(body: SpeechBody) -> int:
+    fmt = body.response_format
+    if fmt not in RESPONSE_FORMATS:
+        raise invalid_config(
+            f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, not {fmt!r}",
+            "response_format",
+        )
+    support = format_support()
+    if not support.available[fmt]:
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"response_format {fmt!r} is not available: {support.reasons[fmt]}",
+            param="response_format",
+        )
+    if body.sample_rate is not None:
+        check_sample_rate(body.sample_rate)
+    try:
+        return output_rate(fmt, 0, body.sample_rate)
+    except ValueError as exc:
+        raise GatewayError(ErrorCode.UNSUPPORTED_OPTION, str(exc), param="sample_rate") from None
+
+
+async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) -> SpeechPlan:
+    """Validate a request body (or a batch item, ``batch``) into a plan, or
+    raise ``GatewayError``."""
+    state = gateway_state(request)
+    engine = state.engine
+    mode = response_mode(body, batch=batch)
+    if body.model is not None:
+        check_model(body.model, engine.name, engine.model_names())
+    text = check_input_text(body.input, state.settings.max_utterance_chars)
+    check_speed(body.speed)
+    instructions = check_instructions(
+        body.instructions, engine.name, engine.capabilities.instructions
+    )
+    options = _clone_options(body, engine.capabilities.cloning)
+    rate = _output_rate(body)
+    name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
+    voice = await resolve_voice(request, name)
+    language = None if body.language is None else check_language(body.language, voice)
+    return SpeechPlan(
+        text=text,
+        voice=voice,
+        speed=body.speed,
+        response_format=body.response_format,
+        sample_rate=rate,
+        mode=mode,
+        instructions=instructions,
+        language=language,
+        options=options,
+    )

@@ -1,0 +1,126 @@
+"""The HTTP sink of the delivery pipeline: a plan's text to encoded audio.
+
+``synthesize`` speaks a ``SpeechPlan`` through the pipeline the WebSocket
+uses (``gateway.text.pipeline``: the segment queue submits the next segment
+while the current one decodes; ``SegmentAudio`` resamples each chunk to the
+response rate with one ``StreamResampler`` carried across segments and
+classifies a failure); ``encoded_audio`` turns the samples into the
+response format with a ``ContainerEncoder``, in worker threads.
+
+A failed segment ends the audio with the pipeline's ``GatewayError``
+(``engine_refused``, or ``internal`` with no exception text for a bug in
+the gateway): the response turns it into a JSON error, or cuts a body
+already under way short.
+
+Scheduling: an HTTP job's deadline is ``http_deadline_offset_s`` in the
+future, so the engine's workers (which serve the earliest due work first)
+put live WebSocket streams ahead of it.
+
+What it must not do: compute model work or encode on the event loop, or
+keep synthesizing once its consumer stops reading (closing the generator
+cancels the engine jobs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.audio.containers import ContainerEncoder
+from gateway.audio.resample import StreamResampler
+from gateway.engines.base import SegmentRequest, SynthesisJob
+from gateway.http.plan import SpeechPlan
+from gateway.state import GatewayState
+from gateway.text.pipeline import Audio, SegmentAudio
+from gateway.text.queue import SegmentQueue, speakable_segments
+
+
+@dataclass(eq=False)
+class _Segment:
+    text: str
+    job: SynthesisJob | None = None
+
+
+async def synthesize(
+    state: GatewayState, plan: SpeechPlan, label: str
+) -> AsyncGenerator[npt.NDArray[np.float32], None]:
+    """Audio of ``plan`` at its output rate, chunk by chunk; raises the
+    pipeline's ``GatewayError`` when a segment fails; cancels the engine
+    jobs when closed early (disconnect, cancellation)."""
+    offset = state.settings.http_deadline_offset_s
+    stream = state.engine.open_stream(plan.stream_request(label))
+
+    def submit(segment: _Segment) -> None:
+        segment.job = stream.submit(
+            SegmentRequest(text=segment.text, deadline=time.monotonic() + offset)
+        )
+
+    segments: SegmentQueue[_Segment] = SegmentQueue(submit)
+    for text in speakable_segments(plan.text, state.settings.max_segment_chars):
+        segments.append(_Segment(text))
+    resampler = StreamResampler(plan.voice.sample_rate, plan.sample_rate)
+    try:
+        index = 0
+        while segments.waiting:
+            job = segments.start_next().job
+            assert job is not None
+            segment = SegmentAudio(job, resampler, where=f"{label} segment {index}")
+            async with contextlib.aclosing(segment.events()) as events:
+                async for event in events:
+                    if isinstance(event, Audio) and event.samples.size:
+                        yield event.samples
+            if segment.failure is not None:
+                raise segment.failure
+            segments.finish()
+            state.metrics.sentences.inc()
+            index += 1
+        tail = resampler.flush()
+        if tail.size:
+            yield tail
+    finally:
+        # closed early (a disconnect, a cancelled task): stop every job now,
+        # not when the garbage collector finalizes their iterators
+        segments.clear()
+        stream.cancel()
+
+
+async def _in_thread(fn: Callable[..., bytes], *args: Any) -> bytes:
+    """``fn(*args)`` in a worker thread.  Cancelled meanwhile, it still waits
+    for the call to return (the caller closes the encoder next, which must
+    not happen under a running ``push``), then re-raises the cancel."""
+    call = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        while not call.done():  # an encoder call takes milliseconds
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({call})
+        if not call.cancelled():
+            call.exception()  # retrieved: the cancel is what the caller hears
+        raise
+
+
+async def encoded_audio(
+    state: GatewayState, plan: SpeechPlan, label: str, encoder: ContainerEncoder
+) -> AsyncGenerator[bytes, None]:
+    """``plan`` spoken and encoded, piece by piece."""
+    audio = synthesize(state, plan, label)
+    try:
+        async for samples in audio:
+            # MP3 and Opus encoding is real work: never on the event loop
+            data = await _in_thread(encoder.push, samples)
+            if data:
+                yield data
+        tail = await _in_thread(encoder.finish)
+        if tail:
+            yield tail
+    finally:
+        await audio.aclose()
+        encoder.close()
