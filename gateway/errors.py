@@ -59,6 +59,7 @@ class ErrorCode(enum.StrEnum):
     RATE_LIMITED = "rate_limited"
     TIMEOUT = "timeout"
     ENGINE_REFUSED = "engine_refused"
+    INVALID_SSML = "invalid_ssml"
     INTERNAL = "internal"
 
     @property
@@ -151,6 +152,14 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         _BAD,
         "The engine (an upstream server) refused the request as invalid; its reason is in"
         " the message.",
+    ),
+    ErrorCode.INVALID_SSML: ErrorSpec(
+        "never",
+        None,
+        400,
+        _BAD,
+        "The text is malformed SSML (`input_format: ssml`); the message names the character"
+        " position. What came before it is spoken.",
     ),
     ErrorCode.INTERNAL: ErrorSpec(
         "never",

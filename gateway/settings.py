@@ -335,6 +335,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     phrase_min_words: int = 4
     #: longest segment in characters; longer text is cut at whitespace
     max_segment_chars: int = 300
+    #: a pronunciation lexicon for every session and request: one
+    #: ``word or phrase = spoken text`` per line (``docs/text.md``); "" none
+    lexicon_file: str = ""
     # --- limits -------------------------------------------------------------
     max_message_bytes: int = 1_048_576
     max_input_text_bytes: int = 65_536

@@ -37,13 +37,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 import numpy as np
@@ -53,6 +54,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway import protocol
 from gateway.audio.containers import (
     RESPONSE_FORMATS,
     ContainerEncoder,
@@ -62,6 +64,7 @@ from gateway.audio.containers import (
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import (
     AudioChunk,
+    EngineEvent,
     SegmentRequest,
     StreamRequest,
     SynthesisError,
@@ -83,16 +86,20 @@ from gateway.protocol import too_deep
 from gateway.session.validation import (
     VLLM_ANY,
     VLLM_DEFAULTS,
+    check_choice,
     check_instructions,
     check_language,
     check_model,
+    check_pronunciations,
     check_sample_rate,
     check_speed,
     check_vllm_fields,
 )
 from gateway.state import GatewayState
+from gateway.text.frontend import FrontEnd, FrontEndError, InputFormat, SpokenSegment
 from gateway.text.queue import SegmentQueue, speakable_segments
 from gateway.text.segmenter import is_speakable
+from gateway.text.stage import SilentJob, frontend_options, pause_ms, pause_samples
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +136,35 @@ class SpeechBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     non_streaming_mode: bool | None = None
     max_new_tokens: int | None = None
     initial_codec_chunk_frames: int | None = None
+    # the text front-end (``docs/text.md``), as in ``session.config``
+    input_format: str | None = None
+    normalize: bool | None = None
+    emoji: str | None = None
+    pronunciations: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class TextControls:
+    """How a request's text is read (the front-end's client controls)."""
+
+    input_format: InputFormat = "markdown"
+    normalize: bool = True
+    emoji: str = "drop"
+    pronunciations: Mapping[str, str] = field(default_factory=dict)
+
+
+def text_controls(body: SpeechBody) -> TextControls:
+    input_format = check_choice(
+        body.input_format or "markdown", "input_format", get_args(protocol.InputFormat)
+    )
+    emoji = check_choice(body.emoji or "drop", "emoji", get_args(protocol.EmojiReading))
+    pronunciations = check_pronunciations(body.pronunciations or {})
+    return TextControls(
+        input_format,  # type: ignore[arg-type]  # checked against the Literal's values
+        True if body.normalize is None else body.normalize,
+        emoji,
+        pronunciations,
+    )
 
 
 @dataclass(frozen=True)
@@ -145,6 +181,8 @@ class SpeechPlan:
     language: str | None = None
     #: voice-clone fields for an engine declaring ``cloning``
     options: Mapping[str, object] = field(default_factory=dict)
+    #: how the text is read (the front-end)
+    controls: TextControls = field(default_factory=TextControls)
 
 
 # --- validation --------------------------------------------------------------------
@@ -215,6 +253,7 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
     if not is_speakable(text):
         raise _invalid("`input` has nothing speakable (no letters or digits)", "input")
     check_speed(body.speed)
+    controls = text_controls(body)
     instructions = check_instructions(
         body.instructions, engine.name, engine.capabilities.instructions
     )
@@ -250,7 +289,9 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
     name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     voice = await resolve_voice(request, name)
     language = None if body.language is None else check_language(body.language, voice)
-    return SpeechPlan(text, voice, body.speed, fmt, rate, mode, instructions, language, options)
+    return SpeechPlan(
+        text, voice, body.speed, fmt, rate, mode, instructions, language, options, controls
+    )
 
 
 # --- synthesis ---------------------------------------------------------------------
@@ -266,8 +307,40 @@ def synthesis_error(exc: SynthesisError) -> GatewayError:
 
 @dataclass(eq=False)
 class _Segment:
-    text: str
+    spoken: SpokenSegment
     job: SynthesisJob | None = None
+
+
+def spoken_segments(state: GatewayState, plan: SpeechPlan) -> list[SpokenSegment]:
+    """The request's text cut into segments and read by one front-end.
+
+    The whole text is known, so the front-end reads all of it before any
+    audio: malformed SSML is a 400 ``invalid_ssml`` naming the position."""
+    controls = plan.controls
+    frontend = FrontEnd(
+        frontend_options(
+            input_format=controls.input_format,
+            normalize=controls.normalize,
+            emoji=controls.emoji,
+            pronunciations=controls.pronunciations,
+            language=plan.language or plan.voice.language,
+            capabilities=state.engine.capabilities,
+            lexicon=state.lexicon,
+        )
+    )
+    try:
+        spoken = [
+            frontend.process(text)
+            for text in speakable_segments(plan.text, state.settings.max_segment_chars)
+        ]
+        tail = frontend.finish()
+    except FrontEndError as exc:
+        raise GatewayError(
+            ErrorCode.INVALID_SSML, f"`input` is not valid SSML: {exc}", param="input"
+        ) from None
+    if tail is not None:
+        spoken.append(tail)
+    return [s for s in spoken if s.text.strip() or s.pauses]
 
 
 async def synthesize(
@@ -292,25 +365,41 @@ async def synthesize(
     )
 
     def submit(segment: _Segment) -> None:
-        segment.job = stream.submit(
-            SegmentRequest(text=segment.text, deadline=time.monotonic() + offset)
-        )
+        text = segment.spoken.text
+        if not text.strip():  # only pauses: no engine call
+            segment.job = SilentJob()
+            return
+        segment.job = stream.submit(SegmentRequest(text=text, deadline=time.monotonic() + offset))
 
     # the next segment is submitted while the current one decodes: its
     # acoustic stage overlaps our decode (gateway.text.queue)
     segments: SegmentQueue[_Segment] = SegmentQueue(submit)
-    for text in speakable_segments(plan.text, state.settings.max_segment_chars):
-        segments.append(_Segment(text))
-    resampler = StreamResampler(plan.voice.sample_rate, plan.sample_rate)
+    for spoken in spoken_segments(state, plan):
+        segments.append(_Segment(spoken))
+    voice_rate = plan.voice.sample_rate
+    resampler = StreamResampler(voice_rate, plan.sample_rate)
     try:
         while segments.waiting:
-            job = segments.start_next().job
+            segment = segments.start_next()
+            job = segment.job
             assert job is not None
-            async for event in job:
-                if isinstance(event, AudioChunk):
-                    out = resampler.process(event.samples)
+            before, after = pause_ms(segment.spoken)
+            pieces: list[AsyncIterator[EngineEvent] | np.ndarray] = [
+                pause_samples(before, voice_rate),
+                job.__aiter__(),
+                pause_samples(after, voice_rate),
+            ]
+            for piece in pieces:
+                if isinstance(piece, np.ndarray):  # SSML <break>: silence made here
+                    out = resampler.process(piece) if piece.size else piece
                     if out.size:
                         yield out
+                    continue
+                async for event in piece:
+                    if isinstance(event, AudioChunk):
+                        out = resampler.process(event.samples)
+                        if out.size:
+                            yield out
             segments.finish()
             state.metrics.sentences.inc()
         tail = resampler.flush()
@@ -556,9 +645,8 @@ async def _batch_item(
     slots = state.http_admission
     try:
         plan = await make_plan(request, decode_body(fields), batch=True)
-        plan = SpeechPlan(
-            plan.text, plan.voice, plan.speed, plan.response_format, plan.sample_rate, "file"
-        )
+        # every field kept (the style prompt, language and text controls too)
+        plan = dataclasses.replace(plan, mode="file")
         async with limit:
             await slots.acquire()
             try:

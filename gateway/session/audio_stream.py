@@ -65,14 +65,12 @@ from gateway.flow.budget import DecodeBudget
 from gateway.ops.metrics import Metrics
 from gateway.session.contexts import Context
 from gateway.session.utterance import Sentence, Utterance
+from gateway.text.duration import estimate_seconds
 from gateway.text.queue import SegmentQueue
+from gateway.text.stage import SilentJob, pause_ms, pause_samples
 from gateway.ws.outbound import ConnectionGone
 
 log = logging.getLogger(__name__)
-
-#: speech length per character of text, to estimate a segment's duration
-#: before the engine knows it (English at speed 1 is about 0.06 s)
-SECONDS_PER_CHAR = 0.06
 
 
 class Sender(Protocol):
@@ -228,10 +226,14 @@ class AudioStream:
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
         env = self.env
         segment.voice_rate = env.voice_rates[config.voice]
+        text = segment.sentence.engine_text
+        if not text.strip():  # nothing to speak: a sentence of no audio
+            segment.job = SilentJob()
+            return
         # the stream's first segment opens the utterance: its first chunk
         # jumps the engine's queue (StreamRequest.first_audio_priority)
         segment.job = self._engine_stream(segment).submit(
-            SegmentRequest(text=segment.sentence.text, deadline=deadline)
+            SegmentRequest(text=text, deadline=deadline)
         )
 
     def _engine_stream(self, segment: Segment) -> EngineStream:
@@ -265,7 +267,7 @@ class AudioStream:
         if current is not None and current.utterance is utterance and current.job is not None:
             total = current.job.stats.audio_seconds
             if total is None:
-                total = len(current.sentence.text) * SECONDS_PER_CHAR / utterance.config.speed
+                total = estimate_seconds(current.sentence.engine_text, utterance.config.speed)
             ahead += max(0.0, total - current.sent_ms / 1000)
         return ahead
 
@@ -342,6 +344,17 @@ class AudioStream:
         resampler = ctx.resampler
         framer = Framer(rate, config.frame_ms)
         tagged = config.framing == "tagged"
+        if sentence.refused is not None:  # malformed SSML: reported, not spoken
+            await out.event(
+                protocol.Error(
+                    code=ErrorCode.INVALID_SSML,
+                    message=f"sentence {sentence.index} is not spoken:"
+                    f" {sentence.refused.message} (at character {sentence.refused.position}"
+                    " of the utterance's text)",
+                    context_id=ctx.id,
+                    action="sentence_skipped",
+                )
+            )
         await out.event(
             protocol.AudioStart(
                 context_id=ctx.id,
@@ -352,8 +365,10 @@ class AudioStream:
                 encoding=config.encoding,
                 sample_rate=rate,
                 context_number=ctx.number,
+                engine_text=sentence.engine_text if config.debug_engine_text else None,
             )
         )
+        pause_before, pause_after = pause_ms(sentence.spoken)
         total_bytes = 0
         samples_sent = 0
         first_frame = True
@@ -409,26 +424,31 @@ class AudioStream:
             await send(wav_header(rate, config.encoding, None), 0, FrameFlags.WAV_HEADER)
 
         failed: Exception | None = None
+        if pause_before:  # an SSML <break> before the speech: silence made here
+            await emit(resampler.process(pause_samples(pause_before, voice_rate)))
         events = job.__aiter__()
         try:
             async for event in events:
                 if utt.cancelled:
                     break
                 if isinstance(event, WordTimings):
-                    sentence.words = event.words
+                    words = sentence.set_words(event.words)
                     if config.timestamps:
                         await out.event(
                             protocol.Alignment(
                                 context_id=ctx.id,
                                 utterance_index=utt.index,
                                 sentence_index=sentence.index,
+                                # on the client's words, with their offsets
                                 words=[
                                     protocol.WordTimestamp(
-                                        word=w.word,
+                                        word=w.text,
                                         start_ms=round(sentence.start_ms + w.start_ms, 1),
                                         end_ms=round(sentence.start_ms + w.end_ms, 1),
+                                        char_start=sentence.source_start + w.char_start,
+                                        char_end=sentence.source_start + w.char_end,
                                     )
-                                    for w in event.words
+                                    for w in words
                                 ],
                             )
                         )
@@ -456,6 +476,8 @@ class AudioStream:
             self._account_job(utt, job)
             self.env.budget.release(job)
 
+        if pause_after and not utt.cancelled and failed is None:
+            await emit(resampler.process(pause_samples(pause_after, voice_rate)))
         if not utt.cancelled:
             carry = self.has_next_for(utt) and failed is None
             tail = np.zeros(0, np.float32) if carry else resampler.flush()

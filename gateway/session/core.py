@@ -38,15 +38,18 @@ from gateway.engines.base import Engine
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import Admission
 from gateway.flow.budget import DecodeBudget
-from gateway.session.audio_stream import SECONDS_PER_CHAR, AudioStream, Segment, Sender, StreamEnv
+from gateway.session.audio_stream import AudioStream, Segment, Sender, StreamEnv
 from gateway.session.cancel_report import cancel_report
 from gateway.session.capabilities import capabilities_message
 from gateway.session.config import apply_config, clone_options, default_config
 from gateway.session.contexts import Context, Contexts
 from gateway.session.utterance import Sentence, Utterance
 from gateway.session.voice_requests import VoiceRequest
+from gateway.text.duration import SECONDS_PER_CHAR, estimate_seconds
+from gateway.text.frontend import FrontEnd
 from gateway.text.policy import LOAD_ALLOWANCE_S, PolicyConfig, SegmentPolicy
 from gateway.text.segmenter import Segmenter
+from gateway.text.stage import Lexicon, frontend_options
 
 if TYPE_CHECKING:
     from gateway.ops.metrics import Metrics
@@ -95,12 +98,15 @@ class Session:
         metrics: Metrics,
         admission: Admission,
         out: Sender,
+        lexicon: Lexicon = (),
     ) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
         self.admission = admission
+        #: the server's pronunciation lexicon (``lexicon_file``)
+        self.lexicon = lexicon
         #: decoded but unsent audio the session's engine jobs may hold
         self.budget = DecodeBudget(settings.max_buffered_ms / 1000)
         self.state = State.OPEN
@@ -329,7 +335,7 @@ class Session:
             for sentence in utt.sentences:
                 if sentence.finished or utt.cancelled:
                     continue
-                estimate = len(sentence.text) * SECONDS_PER_CHAR / utt.config.speed
+                estimate = estimate_seconds(sentence.engine_text, utt.config.speed)
                 sent = (utt.sent_ms - sentence.start_ms) / 1000 if sentence.started else 0.0
                 ahead += max(0.0, estimate - sent)
         return ahead
@@ -371,6 +377,7 @@ class Session:
                 " end it with input.done and start another",
             )
         utt.accepted_chars += len(text)
+        utt.source_text += text
         now = time.monotonic()
         cuts = ctx.policy.push(text, now, self._ahead_s(ctx, now))
         self._enqueue(ctx, [c.text for c in cuts])
@@ -390,6 +397,7 @@ class Session:
             config=self.config,
             options=self.clone_options,
             first_text_at=time.monotonic(),
+            frontend=self._new_frontend(),
         )
         self.utterances_started += 1
         ctx.utterance = utt
@@ -398,14 +406,35 @@ class Session:
         self.metrics.utterances.inc()
         return utt
 
-    def _enqueue(self, ctx: Context, texts: list[str]) -> None:
+    def _new_frontend(self) -> FrontEnd:
+        """The text front-end of an utterance starting now (``docs/text.md``)."""
+        config = self.config
+        return FrontEnd(
+            frontend_options(
+                input_format=config.input_format,
+                normalize=config.normalize,
+                emoji=config.emoji,
+                pronunciations=config.pronunciations,
+                language=config.language,
+                capabilities=self.engine.capabilities,
+                lexicon=self.lexicon,
+            )
+        )
+
+    def _enqueue(self, ctx: Context, texts: list[str], *, done: bool = False) -> None:
+        """Commit segments: each becomes a sentence (through the front-end)
+        and goes to the context's stream; ``done``: the text is complete."""
         utt = ctx.utterance
-        if not texts or utt is None:
+        if utt is None:
+            return
+        sentences = [utt.add_sentence(text) for text in texts]
+        if done and (tail := utt.finish_text()) is not None:
+            sentences.append(tail)
+        if not sentences:
             return
         self._take_slot(utt)
         stream = self._stream_for(ctx)
-        for text in texts:
-            sentence = utt.add_sentence(text)
+        for sentence in sentences:
             if utt.ready_at is None:
                 utt.ready_at = time.monotonic()
             stream.enqueue(Segment(ctx, utt, sentence))
@@ -475,7 +504,7 @@ class Session:
                 " buffered)",
             )
         ctx.cancel_segment_timer()
-        self._enqueue(ctx, [c.text for c in ctx.policy.flush()])
+        self._enqueue(ctx, [c.text for c in ctx.policy.flush()], done=done)
         return ctx
 
     def _on_done(self, cid: str | None) -> list[Action]:

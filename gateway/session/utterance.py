@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from gateway import protocol
 from gateway.engines.base import EngineStream, WordTiming
 from gateway.protocol import EffectiveConfig
+from gateway.text.frontend import FrontEnd, FrontEndError, Span, SpokenSegment
+from gateway.text.stage import SourceWord, empty_spoken, source_words
 
 
 @dataclass(eq=False)
 class Sentence:
     """A segment handed to the engine, with where its audio sits in the
-    utterance (ms from the utterance's first sample)."""
+    utterance (ms from the utterance's first sample).  ``text`` is the
+    client's text; ``spoken`` what the engine reads (the front-end's form)."""
 
     index: int
     text: str
@@ -29,6 +32,30 @@ class Sentence:
     words: tuple[WordTiming, ...] | None = None  #: segment-relative timings
     started: bool = False  #: its ``audio.start`` was sent
     finished: bool = False  #: its ``audio.done`` was sent
+    #: the front-end's spoken form (None: the engine reads ``text``)
+    spoken: SpokenSegment | None = None
+    #: where ``text`` starts in the utterance's client text
+    source_start: int = 0
+    #: the front-end refused the text (malformed SSML): nothing is spoken
+    refused: FrontEndError | None = None
+    #: ``words`` on the client's text (segment-relative offsets)
+    source_words: tuple[SourceWord, ...] = ()
+
+    @property
+    def engine_text(self) -> str:
+        """What the engine reads for this sentence ("" : nothing)."""
+        return self.text if self.spoken is None else self.spoken.text
+
+    def set_words(self, words: tuple[WordTiming, ...]) -> tuple[SourceWord, ...]:
+        """Keep the engine's word timings and their client-text mapping."""
+        self.words = words
+        spoken = self.spoken or _verbatim(self.text)
+        self.source_words = source_words(spoken, words)
+        return self.source_words
+
+
+def _verbatim(text: str) -> SpokenSegment:
+    return SpokenSegment(source=text, text=text, spans=(Span(0, len(text), 0, len(text)),))
 
 
 @dataclass(eq=False)
@@ -44,6 +71,13 @@ class Utterance:
     #: first segment
     engine_stream: EngineStream | None = None
     cancelled: bool = False
+    #: the text front-end of this utterance (None: the engine reads the
+    #: client's text as it is)
+    frontend: FrontEnd | None = None
+    #: every ``input.text`` of the utterance, joined (the client's text)
+    source_text: str = ""
+    _located: int = 0  #: end of the last sentence found in ``source_text``
+    _frontend_chars: int = 0  #: characters handed to the front-end so far
     #: holds a ``max_active_streams`` slot: it has committed text being
     #: synthesized or queued (``Session._take_slot``)
     holds_slot: bool = False
@@ -100,7 +134,45 @@ class Utterance:
         )
 
     def add_sentence(self, text: str) -> Sentence:
-        sentence = Sentence(index=len(self.sentences), text=text)
+        """A committed segment becomes the utterance's next sentence; the
+        front-end gives its spoken form (a malformed one is ``refused``)."""
+        found = self.source_text.find(text, self._located) if text else -1
+        start = self._located if found < 0 else found
+        self._located = start + len(text)
+        sentence = Sentence(index=len(self.sentences), text=text, source_start=start)
+        if self.frontend is not None:
+            before = self._frontend_chars
+            self._frontend_chars += len(text)
+            try:
+                sentence.spoken = self.frontend.process(text)
+            except FrontEndError as exc:
+                local = min(len(text), max(0, exc.position - before))
+                sentence.refused = FrontEndError(exc.message, start + local)
+                sentence.spoken = empty_spoken(text)
+        self.sentences.append(sentence)
+        return sentence
+
+    def finish_text(self) -> Sentence | None:
+        """The utterance's text is complete: what the front-end still
+        carried (e.g. an unclosed construct), as a last sentence, or None."""
+        if self.frontend is None:
+            return None
+        try:
+            tail = self.frontend.finish()
+        except FrontEndError as exc:
+            tail = None
+            refused: FrontEndError | None = FrontEndError(exc.message, len(self.source_text))
+        else:
+            refused = None
+        if refused is None and (tail is None or not (tail.text.strip() or tail.pauses)):
+            return None
+        sentence = Sentence(
+            index=len(self.sentences),
+            text=tail.source if tail is not None else "",
+            source_start=self._located,
+            spoken=tail if tail is not None else empty_spoken(""),
+            refused=refused,
+        )
         self.sentences.append(sentence)
         return sentence
 
@@ -143,6 +215,16 @@ def _split_words(sentence: Sentence, position_ms: float) -> tuple[str, str]:
     words = sentence.words
     assert words is not None
     text = sentence.text
+    if sentence.source_words:  # the front-end's offset map
+        heard_words = [
+            w for w in sentence.source_words if sentence.start_ms + w.start_ms < position_ms
+        ]
+        if not heard_words:
+            return "", text.strip()
+        cut = heard_words[-1].char_end
+        while cut < len(text) and not text[cut].isspace():
+            cut += 1
+        return text[:cut].strip(), text[cut:].strip()
     heard = 0
     for word in words:
         if sentence.start_ms + word.start_ms >= position_ms:

@@ -193,3 +193,50 @@ def _shown(value: object) -> str:
     """A value in an error message, cut short (``ref_audio`` may be megabytes)."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- the text front-end's controls (``docs/text.md``) ------------------------------
+
+#: entries of one ``pronunciations`` map, and the longest key and value
+MAX_PRONUNCIATIONS = 256
+MAX_PRONUNCIATION_CHARS = 200
+
+
+def check_choice(value: str, param: str, choices: Sequence[str]) -> str:
+    """``value`` must be one of ``choices`` (the HTTP body's strings; the
+    WebSocket decoder already holds ``session.config`` to them)."""
+    if value not in choices:
+        raise _invalid(
+            f"{param} must be one of {', '.join(repr(c) for c in choices)}, not {_shown(value)}",
+            param,
+        )
+    return value
+
+
+def check_pronunciations(value: Mapping[str, str]) -> dict[str, str]:
+    """A ``pronunciations`` map (a word or phrase -> the text spoken instead):
+    at most ``MAX_PRONUNCIATIONS`` entries, keys and values non-empty, without
+    NUL and at most ``MAX_PRONUNCIATION_CHARS`` characters; keys are stripped."""
+    param = "pronunciations"
+    if len(value) > MAX_PRONUNCIATIONS:
+        raise _invalid(
+            f"`pronunciations` has {len(value)} entries; the limit is {MAX_PRONUNCIATIONS}", param
+        )
+    checked: dict[str, str] = {}
+    for key, spoken in value.items():
+        word = key.strip()
+        if not word or not spoken.strip():
+            raise _invalid(
+                f"`pronunciations` entry {_shown(key)}: the word and its text must not be empty",
+                param,
+            )
+        if len(word) > MAX_PRONUNCIATION_CHARS or len(spoken) > MAX_PRONUNCIATION_CHARS:
+            raise _invalid(
+                f"`pronunciations` entry {_shown(key)}: at most {MAX_PRONUNCIATION_CHARS}"
+                " characters each side",
+                param,
+            )
+        if "\x00" in word or "\x00" in spoken:
+            raise _invalid(f"`pronunciations` entry {_shown(key)} contains a NUL character", param)
+        checked[word] = spoken.strip()
+    return checked

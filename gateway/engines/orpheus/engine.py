@@ -59,6 +59,7 @@ from gateway.engines.orpheus.prompt import PromptBuilder, max_tokens
 from gateway.engines.pool.probe import Prober
 from gateway.engines.pool.routing import ReplicaState
 from gateway.settings import OrpheusSettings, SettingsError
+from gateway.text.segmenter import EMOTION_TAGS
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -335,6 +336,8 @@ class OrpheusEngine(Engine):
             languages=(self.config.language,),
             max_concurrency=len(self.config.urls) * self.config.max_per_replica,
             typical_first_chunk_s=_TYPICAL_PREFILL_S + FIRST_AUDIO_TOKENS / _TYPICAL_TOKENS_PER_S,
+            # the model's emotion tags pass the text front-end verbatim
+            markup_tags=EMOTION_TAGS,
         )
 
     # --- requests ---------------------------------------------------------------------

@@ -1,0 +1,187 @@
+"""The front-end stage: where a committed segment becomes what an engine reads.
+
+One ``FrontEnd`` (``gateway.text.frontend``) per utterance turns each
+committed segment of the client's text into its spoken form; this module is
+the glue both speech paths share (the WebSocket session, ``gateway.session``,
+and the HTTP API, ``gateway.http.speech``):
+
+* ``frontend_options``: the client's controls (``input_format``,
+  ``normalize``, ``emoji``, ``pronunciations``), the server lexicon and the
+  engine's capabilities (``normalizes_text``, ``markup_tags``) as one
+  ``FrontEndOptions``;
+* ``SilentJob``: the job of a segment with nothing to speak (an emoji alone,
+  a skipped code block, ``---``): it is reported as a sentence with no
+  audio, and the engine is not called;
+* ``pause_samples``: SSML ``<break>`` pauses as silence made here;
+* ``source_words``: the engine's word timings on the client's words, with
+  their character offsets in the client's text;
+* ``load_lexicon``: the server-wide pronunciation file (``lexicon_file``).
+
+Pure but for ``load_lexicon`` (read once at start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gateway.engines.base import (
+    Capabilities,
+    EngineEvent,
+    SegmentStats,
+    SynthesisJob,
+    WordTiming,
+)
+from gateway.text.frontend import FrontEndOptions, InputFormat, SpokenSegment
+
+#: the server lexicon and the session's or request's own entries, merged
+Lexicon = tuple[tuple[str, str], ...]
+
+
+def frontend_options(
+    *,
+    input_format: InputFormat,
+    normalize: bool,
+    emoji: str,
+    pronunciations: Mapping[str, str],
+    language: str,
+    capabilities: Capabilities,
+    lexicon: Lexicon = (),
+) -> FrontEndOptions:
+    """The options of one utterance's front-end.  Later pronunciation
+    entries win: the client's own over the server lexicon."""
+    return FrontEndOptions(
+        input_format=input_format,
+        normalize=normalize,
+        emoji="name" if emoji == "name" else "drop",
+        language=language,
+        pronunciations=(*lexicon, *pronunciations.items()),
+        keep_tags=frozenset(capabilities.markup_tags),
+        engine_normalizes=capabilities.normalizes_text,
+    )
+
+
+def empty_spoken(source: str) -> SpokenSegment:
+    """A segment of which nothing is spoken (it failed the front-end)."""
+    return SpokenSegment(source=source, text="", spans=())
+
+
+class SilentJob(SynthesisJob):
+    """The job of a segment with nothing for the engine to read: no events;
+    the caller adds its pauses as silence."""
+
+    def __init__(self) -> None:
+        self.stats = SegmentStats(audio_seconds=0.0)
+
+    async def _events(self) -> AsyncIterator[EngineEvent]:
+        return
+        yield  # an async generator with no items
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._events()
+
+    def cancel(self) -> None:
+        self.stats.cancelled = True
+
+
+def pause_ms(spoken: SpokenSegment | None) -> tuple[int, int]:
+    """The segment's ``<break>`` pauses as (ms before its speech, ms after).
+
+    A pause at the start of the spoken text (or in a segment with no text)
+    comes before it; a pause anywhere else is heard after the segment's
+    speech, where the engine's audio ends (``docs/text.md``)."""
+    if spoken is None:
+        return 0, 0
+    before = sum(ms for at, ms in spoken.pauses if at <= 0 or not spoken.text)
+    after = sum(ms for at, ms in spoken.pauses if at > 0 and spoken.text)
+    return before, after
+
+
+def pause_samples(ms: int, rate: int) -> np.ndarray:
+    """Silence of ``ms`` milliseconds at ``rate`` (float32 mono)."""
+    return np.zeros(max(0, round(ms * rate / 1000)), np.float32)
+
+
+@dataclass(frozen=True)
+class SourceWord:
+    """A word timing on the client's text: ``text`` is the client's
+    characters ``[char_start, char_end)`` of the segment (offsets into
+    ``SpokenSegment.source``); times are segment-relative ms."""
+
+    text: str
+    start_ms: float
+    end_ms: float
+    char_start: int
+    char_end: int
+
+
+def source_words(spoken: SpokenSegment, words: Sequence[WordTiming]) -> tuple[SourceWord, ...]:
+    """The engine's word timings mapped onto the client's words.
+
+    Each engine word is found in the spoken text in order (Piper aligns the
+    whitespace words of what it read); its spoken range maps back through the
+    span map.  Spoken words that came from one client piece (``$5`` read
+    "five dollars") become one word spanning both times, so every timing
+    names client text.  A word the engine did not give verbatim keeps the
+    mapping of the words before it (it is skipped)."""
+    out: list[SourceWord] = []
+    cursor = 0
+    source = spoken.source
+    for word in words:
+        found = spoken.text.find(word.word, cursor) if word.word else -1
+        if found < 0:
+            continue
+        cursor = found + len(word.word)
+        start, end = spoken.source_range(found, cursor)
+        if end <= start:
+            continue
+        if out and start < out[-1].char_end:  # the same client piece
+            last = out[-1]
+            merged_end = max(end, last.char_end)
+            out[-1] = SourceWord(
+                source[last.char_start : merged_end],
+                last.start_ms,
+                max(last.end_ms, word.end_ms),
+                last.char_start,
+                merged_end,
+            )
+            continue
+        out.append(SourceWord(source[start:end], word.start_ms, word.end_ms, start, end))
+    return tuple(out)
+
+
+class LexiconError(ValueError):
+    """The lexicon file cannot be read or has a malformed line."""
+
+
+def parse_lexicon(text: str, name: str = "lexicon") -> Lexicon:
+    """Entries of a lexicon file: one ``word or phrase = spoken text`` per
+    line; blank lines and lines starting with ``#`` are ignored."""
+    entries: list[tuple[str, str]] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise LexiconError(
+                f"{name} line {number}: expected `word or phrase = spoken text`, got {line!r}"
+            )
+        entries.append((key, value))
+    return tuple(entries)
+
+
+def load_lexicon(path: str) -> Lexicon:
+    """The server lexicon (setting ``lexicon_file``; ``""``: none)."""
+    if not path:
+        return ()
+    file = Path(path).expanduser()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LexiconError(f"lexicon_file {file} cannot be read: {exc}") from None
+    return parse_lexicon(text, file.name)
