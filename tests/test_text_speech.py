@@ -142,9 +142,12 @@ def test_http_plain_without_normalization_with_the_openai_sdk(
     assert recording.texts == speakable_segments(REPLY, server.settings.max_segment_chars)
     # the same shape with the controls left out (markdown, normalized)
     recording.texts.clear()
-    assert client.audio.speech.create(
-        model="tts-1", voice="alloy", input=REPLY, response_format="wav"
-    ).read()[:4] == b"RIFF"
+    assert (
+        client.audio.speech.create(
+            model="tts-1", voice="alloy", input=REPLY, response_format="wav"
+        ).read()[:4]
+        == b"RIFF"
+    )
     assert recording.texts  # spoken; what the front-end made of it is its own test
 
 
