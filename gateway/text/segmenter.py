@@ -30,6 +30,20 @@ For any chunking of the same text, ``push`` of every chunk followed by
 :meth:`Segmenter.cut_at` is the one deliberate exception: the policy calls it
 when the listener's buffer runs low, so it depends on timing by definition
 (the policy keeps its own, timed, invariance; see ``segment_policy``).
+
+Input formats
+-------------
+With ``input_format="markdown"`` or ``"ssml"`` a cut is never committed
+inside a construct still open at the end of the buffer (emphasis, inline
+code, a link or image, an SSML tag or ``<say-as>``/``<sub>`` element; see
+``gateway.text.frontend.hold_back``, which looks back a bounded window): the
+cut waits until the construct is closed or has grown past the window, then is
+the cut the whole text would give, so chunking invariance holds.  Markdown
+adds line rules: a line break after a block line (heading, list item, block
+quote, table row, fence, rule), before one, or before a blank line is a
+sentence boundary; punctuation inside a table row is not (a row is one
+segment).  A code block or table longer than ``max_chars`` is cut by the cap
+like any text (the front-end carries the fence and the table header).
 """
 
 from __future__ import annotations
@@ -38,6 +52,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
+
+from gateway.text.frontend import InputFormat, hold_back
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
@@ -79,6 +95,13 @@ _NO_BREAK_SPACES: Final = "\u00a0\u2007\u202f"
 _ZWJ: Final = "\u200d"
 
 _CLUSTER: Final = re.compile("[" + re.escape(_PUNCT) + "][" + re.escape(_PUNCT + _CLOSERS) + "]*")
+# Markdown: line breaks are boundary candidates too.
+_CLUSTER_MD: Final = re.compile(_CLUSTER.pattern + "|\n")
+# A Markdown line that is a block of its own, and the start of one.
+_BLOCK_LINE: Final = re.compile(
+    r" {0,3}(?:#{1,6}(?:\s|$)|[-*+]\s|\d{1,9}[.)]\s|>|\||```|~~~|[-*_=]{3,}\s*$)"
+)
+_BLOCK_LOOKAHEAD: Final = 12
 _SPEAKABLE: Final = re.compile(r"[^\W_]")  # a letter or a digit, any script
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
@@ -211,6 +234,17 @@ def _can_cut_at(text: str, i: int) -> bool:
     return not _is_extender(text[i]) and text[i - 1] != _ZWJ
 
 
+def _unless_held(cut: int, hold: int) -> int | None:
+    """``cut``, or None (wait) while it would split a construct still open."""
+    return cut if cut <= hold else None
+
+
+def _in_table_row(text: str, i: int) -> bool:
+    """Whether ``text[i]`` is on a Markdown table row (a line starting ``|``)."""
+    line = text.rfind("\n", 0, i) + 1
+    return text[line : line + 4].lstrip(" ")[:1] == "|"
+
+
 def _token_before(text: str, s: int) -> str:
     """The word that ends at ``s``, without leading quotes or brackets."""
     j = s
@@ -231,7 +265,10 @@ class Segmenter:
         granularity: Granularity = "auto",
         *,
         max_chars: int = DEFAULT_MAX_CHARS,
+        input_format: InputFormat | None = None,
     ) -> None:
+        """``input_format`` (``markdown``, ``ssml``, ``plain``): cuts keep
+        that format's constructs whole; None (the default) is ``plain``."""
         if granularity not in GRANULARITIES:
             raise ValueError(
                 f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}"
@@ -240,6 +277,8 @@ class Segmenter:
             raise ValueError(f"max_chars must be at least 1, got {max_chars}")
         self._mode: Granularity = granularity
         self._max = max_chars
+        self._format: InputFormat = input_format or "plain"
+        self._cluster = _CLUSTER_MD if self._format == "markdown" else _CLUSTER
         self._buf = ""
         self._emitted = False  # a segment of the current utterance has left
 
@@ -286,11 +325,13 @@ class Segmenter:
         if self._mode != "auto":
             return []
         body = self._buf.lstrip()
-        n = len(body)
+        n = min(len(body), hold_back(body, self._format) + 1)
         out: list[Candidate] = []
         clause_ends: set[int] = set()
-        for m in _CLUSTER.finditer(body):
+        for m in self._cluster.finditer(body, 0, n):
             s, e = m.span()
+            if m.group() == "\n":
+                continue
             decision = self._decide(body, m.group(), s, e, final=False, clause_ok=True)
             sig = [ch for ch in m.group() if ch in _PUNCT]
             if decision == _WAIT:
@@ -311,6 +352,8 @@ class Segmenter:
             if end_kind(body[:i]) is not None:
                 continue  # punctuation that is no boundary here (``Dr.``, ``e.g.,``)
             if self._cut_ok(body, i, final=False) != _CUT:
+                continue
+            if self._format == "markdown" and _in_table_row(body, i):
                 continue
             kind = self._word_kind(body, i)
             if kind is not None:
@@ -449,30 +492,47 @@ class Segmenter:
         )
         n = len(body)
         cap = self._max
+        hold = n if final else hold_back(body, self._format)
         # A confirmed boundary whose following segment is not yet known to be
         # speakable: if nothing speakable follows before the next boundary,
         # that text merges into this segment.
         pending: int | None = None
         over_cap = False
-        for m in _CLUSTER.finditer(body):
+        for m in self._cluster.finditer(body):
             s, e = m.span()
             if pending is not None and _has_speakable(body, pending, s):
-                return pending
+                return _unless_held(pending, hold)
             if e > cap:
                 over_cap = True
                 break
-            decision = self._decide(body, m.group(), s, e, final=final, clause_ok=clause_ok)
+            if m.group() == "\n":
+                decision = self._newline(body, s, final=final)
+            else:
+                decision = self._decide(body, m.group(), s, e, final=final, clause_ok=clause_ok)
             if decision == _WAIT:
                 return None
             if decision == _CUT and (pending is not None or _has_speakable(body, 0, s)):
                 pending = e
         if pending is not None:
             if over_cap or n > cap or _has_speakable(body, pending, n):
-                return pending
+                return _unless_held(pending, hold)
             return None
         if n > cap:
-            return self._cap_cut(body, final=final)
+            cut = self._cap_cut(body, final=final)
+            return None if cut is None else _unless_held(cut, hold)
         return None
+
+    def _newline(self, body: str, s: int, *, final: bool) -> int:
+        """Markdown: whether the line break ``body[s]`` ends a segment."""
+        line = body.rfind("\n", 0, s) + 1
+        if _BLOCK_LINE.match(body, line, s) or body[line:s].strip() == "":
+            return self._cut_ok(body, s + 1, final=final)
+        ahead = body[s + 1 : s + 1 + _BLOCK_LOOKAHEAD]
+        if not final and len(ahead) < _BLOCK_LOOKAHEAD and "\n" not in ahead:
+            return _WAIT
+        if ahead[:1] == "\n" or _BLOCK_LINE.match(ahead):
+            return self._cut_ok(body, s + 1, final=final)
+        return _NO
 
     def _decide(
         self, body: str, cluster: str, s: int, e: int, *, final: bool, clause_ok: bool
@@ -483,6 +543,8 @@ class Segmenter:
         is_clause = last in _CLAUSE
         if is_clause and not clause_ok:
             return _NO
+        if self._format == "markdown" and _in_table_row(body, s):
+            return _NO  # a table row is read as one piece
         nxt = self._peek(body, e, final=final)
         if nxt is None:
             return _NO if final else _WAIT

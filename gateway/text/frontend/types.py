@@ -121,9 +121,11 @@ def _clip(span: Span, spoken_start: int, spoken_end: int) -> tuple[int, int]:
 
 class FrontEndError(ValueError):
     """Malformed input (SSML): ``position`` is the offset in the utterance's
-    client text (all segments so far) where the problem was found."""
+    client text (all segments so far, joined) where the problem was found;
+    ``spoken`` is what the failing segment held that was valid before it."""
 
-    def __init__(self, message: str, position: int) -> None:
+    def __init__(self, message: str, position: int, *, spoken: SpokenSegment | None = None) -> None:
         super().__init__(f"{message} (at character {position})")
         self.message = message
         self.position = position
+        self.spoken = spoken

@@ -1,0 +1,29 @@
+"""Normalizers by language: a registry of ``language -> normalize(text) -> edits``.
+
+A normalizer takes a run of spoken text and returns the ``(start, end,
+replacement)`` edits that write its numbers, dates, units and symbols as
+words (see :mod:`gateway.text.frontend.pieces`).  Languages without one get
+Markdown and emoji handling only.  To add a language, write
+``normalize/<code>.py`` with a ``normalize`` function and add it here
+(``docs/text.md``, "Adding a language").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from gateway.text.frontend.normalize import en
+from gateway.text.frontend.pieces import Edit
+
+__all__ = ["NORMALIZERS", "Normalizer", "normalizer_for"]
+
+Normalizer = Callable[[str], Iterable[Edit]]
+
+NORMALIZERS: Final[dict[str, Normalizer]] = {"en": en.normalize}
+
+
+def normalizer_for(language: str) -> Normalizer | None:
+    """The normalizer for a BCP 47 tag (``en``, ``en-US``, ``en_GB``), or None."""
+    base = language.replace("_", "-").split("-", 1)[0].lower()
+    return NORMALIZERS.get(base)
