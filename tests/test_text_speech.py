@@ -207,3 +207,119 @@ async def test_timings_and_cancel_report_name_the_client_words(
     heard, unheard = report["spoken_text"], report["unspoken_text"]
     assert _collapse(f"{heard} {unheard}") == _collapse(REPLY)
     assert heard == REPLY[: words[2]["char_end"]].strip()
+
+
+#: REPLY as a person would read it (the spoken form, written by hand)
+REPLY_SPOKEN = (
+    "Sure! Step one: open the app and pay five dollars. Then tap Settings, and see the docs. Done."
+)
+
+
+def _audio_ms(t: Transcript) -> float:
+    return sum(float(d["audio_ms"]) for d in t.of("audio.done"))
+
+
+async def test_a_markdown_reply_streamed_as_tokens_is_spoken_without_markup(
+    piper_server: RunningServer,
+) -> None:
+    """Judged by the audio's length against the spoken form's (Piper
+    deterministic): at most 1.15x, where reading the markup aloud is far over."""
+    common: dict[str, Any] = {"response_format": "pcm", "stream_audio": True}
+    markdown = await _speak(piper_server, _tokens(REPLY), **common)
+    spoken = await _speak(
+        piper_server, [REPLY_SPOKEN], input_format="plain", normalize=False, **common
+    )
+    literal = await _speak(
+        piper_server, _tokens(REPLY), input_format="plain", normalize=False, **common
+    )
+    ratio = _audio_ms(markdown) / _audio_ms(spoken)
+    assert ratio <= 1.15, ratio
+    assert _audio_ms(literal) / _audio_ms(spoken) > 1.3  # the markup, read aloud
+    # reports stay on the client's text: nothing lost
+    texts = [s["sentence_text"] for s in markdown.of("audio.start")]
+    assert _collapse(" ".join(texts)) == _collapse(REPLY)
+
+
+async def test_a_segment_with_nothing_to_speak_is_a_sentence_of_no_audio(
+    piper_server: RunningServer,
+) -> None:
+    text = "Here is the code:\n\n```python\nprint(1)\n```\n\n😀 👍\n\nDone."
+    t = await _speak(
+        piper_server, _tokens(text), response_format="pcm", stream_audio=True, timestamps=True
+    )
+    starts = t.of("audio.start")
+    dones = {d["sentence_index"]: d for d in t.of("audio.done")}
+    assert _collapse(" ".join(s["sentence_text"] for s in starts)) == _collapse(text)
+    # the code block (skipped) and the emoji after it (dropped) are not spoken
+    silent = [s for s in starts if s["sentence_text"].startswith(("```", "print(1)"))]
+    assert len(silent) == 2 and "😀 👍" in silent[1]["sentence_text"]
+    for start in silent:
+        done = dones[start["sentence_index"]]
+        assert done["audio_ms"] == 0 and done["total_bytes"] == 0 and not done["error"]
+    assert all(dones[s["sentence_index"]]["audio_ms"] > 0 for s in starts if s not in silent)
+    (session_done,) = t.of("session.done")
+    assert session_done["total_sentences"] == len(starts)
+
+
+BAD_SSML = (
+    '<speak>Hello there. <say-as interpret-as="digits">12</b> and more.'
+    " Then this is said.</speak>"
+)
+
+
+async def test_bad_ssml_is_an_error_naming_the_position_and_the_rest_is_spoken(
+    piper_server: RunningServer,
+) -> None:
+    t = await _speak(
+        piper_server,
+        _tokens(BAD_SSML),
+        input_format="ssml",
+        split_granularity="sentence",
+        response_format="pcm",
+        stream_audio=True,
+        debug_engine_text=True,
+    )
+    (error,) = t.of("error")
+    assert error["code"] == "invalid_ssml" and not error["fatal"]
+    position = BAD_SSML.index("</b>")
+    assert f"character {position}" in error["message"]
+    starts = t.of("audio.start")
+    dones = {d["sentence_index"]: d for d in t.of("audio.done")}
+    # the sentence before it is spoken, without its tags
+    assert starts[0]["engine_text"].strip() == "Hello there."
+    assert dones[0]["audio_ms"] > 0
+    # the bad sentence comes after the error; it and the rest of the
+    # utterance (whose markup state is unknown) are reported with no audio
+    bad = next(s for s in starts if "</b>" in s["sentence_text"])
+    assert t.items.index(error) < t.items.index(bad)
+    assert all(dones[s["sentence_index"]]["audio_ms"] == 0 for s in starts[1:])
+    assert _collapse(" ".join(s["sentence_text"] for s in starts)) == _collapse(BAD_SSML)
+    assert t.of("session.done")
+
+
+def test_http_bad_ssml_is_400_naming_the_position(piper_server: RunningServer) -> None:
+    client = openai.OpenAI(base_url=piper_server.http + "/v1", api_key=API_KEY, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.audio.speech.create(
+            model="tts-1", voice="alloy", input=BAD_SSML, extra_body={"input_format": "ssml"}
+        ).read()
+    body = info.value.body
+    assert isinstance(body, dict) and body["code"] == "invalid_ssml"
+    assert f"character {BAD_SSML.index('</b>')}" in body["message"]
+
+
+async def test_an_ssml_break_is_silence_made_by_the_gateway(
+    piper_server: RunningServer,
+) -> None:
+    common: dict[str, Any] = {
+        "input_format": "ssml",
+        "response_format": "pcm",
+        "stream_audio": True,
+        "split_granularity": "sentence",
+    }
+    plain = await _speak(piper_server, ["<speak>Hello there. See you.</speak>"], **common)
+    paused = await _speak(
+        piper_server, ['<speak>Hello there. <break time="1s"/>See you.</speak>'], **common
+    )
+    added = _audio_ms(paused) - _audio_ms(plain)
+    assert 950 <= added <= 1050, added

@@ -97,9 +97,15 @@ from gateway.session.validation import (
 )
 from gateway.state import GatewayState
 from gateway.text.frontend import FrontEnd, FrontEndError, InputFormat, SpokenSegment
-from gateway.text.queue import SegmentQueue, speakable_segments
+from gateway.text.queue import SegmentQueue, committed_segments
 from gateway.text.segmenter import is_speakable
-from gateway.text.stage import SilentJob, frontend_options, pause_ms, pause_samples
+from gateway.text.stage import (
+    SilentJob,
+    client_position,
+    frontend_options,
+    pause_ms,
+    pause_samples,
+)
 
 log = logging.getLogger(__name__)
 
@@ -328,15 +334,16 @@ def spoken_segments(state: GatewayState, plan: SpeechPlan) -> list[SpokenSegment
             lexicon=state.lexicon,
         )
     )
+    texts = committed_segments(plan.text, state.settings.max_segment_chars, controls.input_format)
     try:
-        spoken = [
-            frontend.process(text)
-            for text in speakable_segments(plan.text, state.settings.max_segment_chars)
-        ]
+        spoken = [frontend.process(text) for text in texts]
         tail = frontend.finish()
     except FrontEndError as exc:
+        at = client_position(plan.text, texts, exc.position)
         raise GatewayError(
-            ErrorCode.INVALID_SSML, f"`input` is not valid SSML: {exc}", param="input"
+            ErrorCode.INVALID_SSML,
+            f"`input` is not valid SSML: {exc.message} (at character {at})",
+            param="input",
         ) from None
     if tail is not None:
         spoken.append(tail)

@@ -313,9 +313,17 @@ class Session:
 
     # --- segmentation policy (docs/segmentation.md) ---------------------
     def _new_policy(self, segmenter: Segmenter | None = None) -> SegmentPolicy:
-        if segmenter is None or segmenter.granularity != self.config.split_granularity:
+        session = self.config
+        if (
+            segmenter is None
+            or segmenter.granularity != session.split_granularity
+            or segmenter.input_format != session.input_format
+        ):
+            # cuts keep the input format's constructs whole (Markdown, SSML)
             segmenter = Segmenter(
-                self.config.split_granularity, max_chars=self.settings.max_segment_chars
+                session.split_granularity,
+                max_chars=self.settings.max_segment_chars,
+                input_format=session.input_format,
             )
         config = PolicyConfig(
             # the engine's own time to first chunk, with room for load

@@ -76,6 +76,9 @@ class Utterance:
     frontend: FrontEnd | None = None
     #: every ``input.text`` of the utterance, joined (the client's text)
     source_text: str = ""
+    #: the front-end refused a sentence (malformed SSML): the utterance's
+    #: later text is reported but not spoken (its markup state is unknown)
+    frontend_failed: bool = False
     _located: int = 0  #: end of the last sentence found in ``source_text``
     _frontend_chars: int = 0  #: characters handed to the front-end so far
     #: holds a ``max_active_streams`` slot: it has committed text being
@@ -140,7 +143,9 @@ class Utterance:
         start = self._located if found < 0 else found
         self._located = start + len(text)
         sentence = Sentence(index=len(self.sentences), text=text, source_start=start)
-        if self.frontend is not None:
+        if self.frontend_failed:  # after malformed markup nothing more is read
+            sentence.spoken = empty_spoken(text)
+        elif self.frontend is not None:
             before = self._frontend_chars
             self._frontend_chars += len(text)
             try:
@@ -149,13 +154,14 @@ class Utterance:
                 local = min(len(text), max(0, exc.position - before))
                 sentence.refused = FrontEndError(exc.message, start + local)
                 sentence.spoken = empty_spoken(text)
+                self.frontend_failed = True
         self.sentences.append(sentence)
         return sentence
 
     def finish_text(self) -> Sentence | None:
         """The utterance's text is complete: what the front-end still
         carried (e.g. an unclosed construct), as a last sentence, or None."""
-        if self.frontend is None:
+        if self.frontend is None or self.frontend_failed:
             return None
         try:
             tail = self.frontend.finish()

@@ -153,6 +153,31 @@ def source_words(spoken: SpokenSegment, words: Sequence[WordTiming]) -> tuple[So
     return tuple(out)
 
 
+def segment_starts(text: str, segments: Sequence[str]) -> list[int]:
+    """Where each committed segment starts in the client's ``text`` (the
+    segmenter strips the whitespace between them; a segment not found
+    verbatim is placed where the previous one ended)."""
+    starts: list[int] = []
+    end = 0
+    for segment in segments:
+        found = text.find(segment, end) if segment else -1
+        start = end if found < 0 else found
+        starts.append(start)
+        end = start + len(segment)
+    return starts
+
+
+def client_position(text: str, segments: Sequence[str], position: int) -> int:
+    """A ``FrontEndError.position`` (characters of the segments handed to the
+    front-end, joined) as an offset in the client's ``text``."""
+    fed = 0
+    for segment, start in zip(segments, segment_starts(text, segments), strict=True):
+        if position <= fed + len(segment):
+            return start + max(0, position - fed)
+        fed += len(segment)
+    return len(text)
+
+
 class LexiconError(ValueError):
     """The lexicon file cannot be read or has a malformed line."""
 
