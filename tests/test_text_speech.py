@@ -262,8 +262,7 @@ async def test_a_segment_with_nothing_to_speak_is_a_sentence_of_no_audio(
 
 
 BAD_SSML = (
-    '<speak>Hello there. <say-as interpret-as="digits">12</b> and more.'
-    " Then this is said.</speak>"
+    '<speak>Hello there. <say-as interpret-as="digits">12</b> and more. Then this is said.</speak>'
 )
 
 
