@@ -42,8 +42,9 @@ the cut the whole text would give, so chunking invariance holds.  Markdown
 adds line rules: a line break after a block line (heading, list item, block
 quote, table row, fence, rule), before one, or before a blank line is a
 sentence boundary; punctuation inside a table row is not (a row is one
-segment).  A code block or table longer than ``max_chars`` is cut by the cap
-like any text (the front-end carries the fence and the table header).
+segment).  In SSML, punctuation inside a tag (an attribute) is no boundary.
+A code block or table longer than ``max_chars`` is cut by the cap like any
+text (the front-end carries the fence and the table header).
 """
 
 from __future__ import annotations
@@ -549,6 +550,8 @@ class Segmenter:
             return _NO
         if self._format == "markdown" and _in_table_row(body, s):
             return _NO  # a table row is read as one piece
+        if self._format == "ssml" and body.rfind("<", 0, s) > body.rfind(">", 0, s):
+            return _NO  # inside a tag (an attribute value)
         nxt = self._peek(body, e, final=final)
         if nxt is None:
             return _NO if final else _WAIT
@@ -562,6 +565,12 @@ class Segmenter:
         if is_clause:
             if _token_before(body, s).lower() in _NEVER_BREAK:
                 return _NO
+            if last == "," and s > 0 and body[s - 1].isdigit():
+                visible = self._next_visible(body, e, final=final)
+                if visible is None:
+                    return _NO if final else _WAIT
+                if visible.isdigit():
+                    return _NO  # "Dec 1, 2026", "3, 4, 5": one run of numbers
             return self._cut_ok(body, e, final=final)
         if any(ch in _STRONG for ch in sig):
             return self._cut_ok(body, e, final=final)

@@ -95,6 +95,8 @@ class FrontEnd:
         return [Piece(segment, 0, len(segment))] if segment else []
 
     def _finish_pieces(self, segment: str, pieces: list[Piece]) -> SpokenSegment:
+        if not self._stages and self._markdown is None and self._ssml is None:
+            return to_segment(segment, pieces, blank_is_silent=False)  # the identity
         for stage in self._stages:
             pieces = rewrite(pieces, stage)
         return to_segment(segment, pieces)

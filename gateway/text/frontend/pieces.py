@@ -132,9 +132,11 @@ def _source_of(
     return lo, hi
 
 
-def to_segment(source: str, pieces: list[Piece]) -> SpokenSegment:
+def to_segment(source: str, pieces: list[Piece], *, blank_is_silent: bool = True) -> SpokenSegment:
     """The segment the pieces spell, with one span per piece (adjacent copied
-    pieces that continue each other are merged) and the pauses of breaks."""
+    pieces that continue each other are merged) and the pauses of breaks.
+    Spoken text of whitespace only is "" (nothing to speak) when
+    ``blank_is_silent``."""
     spans: list[Span] = []
     pauses: list[tuple[int, int]] = []
     parts: list[str] = []
@@ -159,7 +161,7 @@ def to_segment(source: str, pieces: list[Piece]) -> SpokenSegment:
         parts.append(p.text)
         pos = end
     text = "".join(parts)
-    if text and text.isspace():
+    if blank_is_silent and text and text.isspace():
         # nothing to speak (a code block, a rule): the segment is silent
         spans = [Span(0, 0, s.source_start, s.source_end) for s in spans]
         pauses = [(0, ms) for _, ms in pauses]

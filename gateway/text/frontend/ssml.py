@@ -143,17 +143,17 @@ class SsmlReader:
             amp = text.find("&", pos, end)
             if amp < 0:
                 break
-            m = _ENTITY.match(text, amp, end)
-            if m is None:
-                if text[amp + 1 : amp + 2].isspace() or amp + 1 == end:
-                    amp += 1  # a bare ampersand before a space: kept as it is
-                    if amp > pos:
-                        out.append(Piece(text[pos:amp], pos, amp))
-                    pos = amp
-                    continue
-                raise SsmlError("unknown entity (write &amp; for '&')", amp, out)
             if amp > pos:
                 out.append(Piece(text[pos:amp], pos, amp))
+            pos = amp
+            m = _ENTITY.match(text, amp, end)
+            if m is None:
+                if amp + 1 == end or text[amp + 1].isspace():
+                    continue_at = amp + 1  # a bare ampersand before a space: kept
+                    out.append(Piece("&", amp, continue_at))
+                    pos = continue_at
+                    continue
+                raise SsmlError("unknown entity (write &amp; for '&')", amp, out)
             if m.group(1):
                 char = _NAMED[m.group(1)]
             else:
@@ -206,6 +206,8 @@ class SsmlReader:
             for a in _ATTR.finditer(m.group(2))
         }
         empty = bool(m.group(3))
+        if not empty and len(self.stack) >= MAX_DEPTH:
+            raise SsmlError(f"elements nested deeper than {MAX_DEPTH}", start, out)
         if name == "break":
             out.append(Piece("", start, end, copied=False, frozen=True, pause_ms=_break_ms(attrs)))
         elif self.held is None and name == "sub" and not empty:
@@ -218,8 +220,6 @@ class SsmlReader:
         else:
             out.append(Piece("", start, end))
         if not empty:
-            if len(self.stack) >= MAX_DEPTH:
-                raise SsmlError(f"elements nested deeper than {MAX_DEPTH}", start, out)
             self.stack.append(name)
 
     def _say_as(self, content: list[Piece], text: str) -> list[Piece]:

@@ -187,8 +187,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     ),
     ("number", rf"(?<![\w.,/:@*^])(-|−)?({_DEC}){_E}"),
     ("abbreviation", rf"(?<![\w.])({_ABBR_ALT})(?![\w])"),
-    ("street", r"(?<=[a-z] )St\.(?=\s|$|,)"),
-    ("saint", r"(?<![\w.])St\.(?= [A-Z])"),
+    ("street", r"(?<=[A-Za-z] )St\.?(?=\s|$|,)|(?<![\w.])St\.(?= [A-Z])"),
     ("number_sign", r"(?<![\w&])#(\d{1,6})\b"),
     ("amp", r"(?<= )&(?= )"),
     ("times", r"(?<=\d) ?× ?(?=\d)"),
@@ -502,12 +501,15 @@ def _ends_sentence(text: str, end: int) -> bool:
     return rest == "" or rest[:1] == "\n" or (rest[:1] == " " and rest[1:2].isupper())
 
 
-def _street(m: re.Match[str], text: str) -> str:
-    return "Street." if _ends_sentence(text, m.end()) else "Street"
-
-
-def _saint(m: re.Match[str], _: str) -> str:
-    return "Saint"
+def _street(m: re.Match[str], text: str) -> str | None:
+    """``St.``: Street after a name (``Elm St.``), Saint before one (``St. Louis``)."""
+    before = text[max(0, m.start() - 30) : m.start()].split()
+    after_name = bool(before) and before[-1][:1].isupper() and before[-1].isalpha()
+    before_name = text[m.end() : m.end() + 2][1:2].isupper()
+    if before_name and not after_name:
+        return "Saint" if m.group() == "St." else None
+    dot = m.group().endswith(".") and _ends_sentence(text, m.end())
+    return "Street." if dot else "Street"
 
 
 def _number_sign(m: re.Match[str], _: str) -> str:
@@ -551,7 +553,6 @@ _HANDLERS: Final[dict[str, Callable[[re.Match[str], str], str | None]]] = {
     "number": _number,
     "abbreviation": _abbreviation,
     "street": _street,
-    "saint": _saint,
     "number_sign": _number_sign,
     "amp": _amp,
     "times": _times,

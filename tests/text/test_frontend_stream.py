@@ -1,0 +1,213 @@
+"""Streaming: hold_back, the segmenter's Markdown and SSML rules, and the
+property that any split of a reply into tokens is spoken as the reply sent
+whole.  Also the lexicon."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.text.frontend import FrontEnd, FrontEndOptions, InputFormat, hold_back
+from gateway.text.frontend.holdback import WINDOW
+from gateway.text.frontend.lexicon import LexiconError, load_lexicon, parse_lexicon
+from gateway.text.segmenter import Segmenter
+from tests.text.spans import check_spans
+
+HOLD: list[tuple[str, InputFormat, int]] = [
+    # text, format, index held from (len(text): nothing held)
+    ("Hello there.", "markdown", 12),
+    ("Say **hello", "markdown", 4),
+    ("Say **hello** now", "markdown", 17),
+    ("Say *", "markdown", 4),
+    ("Say **", "markdown", 4),
+    ("x**2 and more", "markdown", 13),
+    ("a *.py file", "markdown", 11),
+    ("2 * 3 is six", "markdown", 12),
+    ("snake_case and my_var", "markdown", 21),
+    ("run `pip", "markdown", 4),
+    ("run `pip` now", "markdown", 13),
+    ("see [the docs", "markdown", 4),
+    ("see [the docs]", "markdown", 4),
+    ("see [the docs](https://exa", "markdown", 4),
+    ("see [the docs](https://example.com) ok", "markdown", 38),
+    ("an ![image", "markdown", 3),
+    ("a <b", "markdown", 2),
+    ("a < b", "markdown", 5),
+    ("ends with \\", "markdown", 10),
+    ("[a] b", "markdown", 5),
+    ("Say <brea", "ssml", 4),
+    ('Say <break time="1s"/> ok', "ssml", 25),
+    ("Fish &am", "ssml", 5),
+    ("Fish & chips", "ssml", 12),
+    ('<say-as interpret-as="digits">12', "ssml", 0),
+    ('<say-as interpret-as="digits">12</say-as>', "ssml", 41),
+    ("Say **hello", "plain", 11),
+]
+
+
+@pytest.mark.parametrize(("text", "fmt", "held"), HOLD, ids=[f"{t}-{f}" for t, f, _ in HOLD])
+def test_hold_back(text: str, fmt: InputFormat, held: int) -> None:
+    assert hold_back(text, fmt) == held
+
+
+def test_hold_back_looks_back_a_bounded_window() -> None:
+    opened = "Say **hello " + "word " * 10
+    assert hold_back(opened, "markdown") == 4
+    long = "Say **hello " + "word " * (WINDOW // 5 + 1)
+    assert hold_back(long, "markdown") == len(long)
+    stray = "x * y " + "and more words. " * 20
+    assert hold_back(stray, "markdown") == len(stray)
+
+
+def run(chunks: list[str], fmt: InputFormat = "markdown", max_chars: int = 300) -> list[str]:
+    seg = Segmenter("auto", max_chars=max_chars, input_format=fmt)
+    out: list[str] = []
+    for chunk in chunks:
+        out += seg.push(chunk)
+    return out + seg.flush()
+
+
+def test_no_cut_inside_open_emphasis_until_it_closes() -> None:
+    seg = Segmenter("sentence", input_format="markdown")
+    assert seg.push("Say **hello. Wor") == []
+    assert seg.push("ld** now. Next") == ["Say **hello.", "World** now."]
+    plain = Segmenter("sentence")
+    assert plain.push("Say **hello. Wor") == ["Say **hello."]
+
+
+def test_no_cut_inside_an_open_ssml_tag() -> None:
+    seg = Segmenter("sentence", input_format="ssml")
+    assert seg.push('One. Two. <sub alias="Hi.') == ["One.", "Two."]
+    assert seg.push(' There">Y</sub> three. Four') == ['<sub alias="Hi. There">Y</sub> three.']
+    assert run(['<sub alias="Hi. There">Y</sub> three. Four'], fmt="ssml") == [
+        '<sub alias="Hi. There">Y</sub> three.',
+        "Four",
+    ]
+
+
+def test_markdown_lines_are_boundaries() -> None:
+    text = "# Title\nSome text here\nmore text.\n- one\n- two\n\nPara"
+    assert run([text], max_chars=300) == [
+        "# Title",
+        "Some text here\nmore text.",
+        "- one",
+        "- two",
+        "Para",
+    ]
+    assert run(["Plain line\nnext line"], fmt="plain") == ["Plain line\nnext line"]
+
+
+def test_no_clause_cut_between_numbers() -> None:
+    assert run(["It runs January 15, 2025 to May, then stops."], fmt="plain") == [
+        "It runs January 15, 2025 to May,",
+        "then stops.",
+    ]
+
+
+def test_a_table_row_is_one_segment() -> None:
+    text = "| Name | Note |\n|---|---|\n| Al | Hi. Bye. |\n| Bo | Yes! |\nDone."
+    assert run([text]) == [
+        "| Name | Note |\n|---|---|",
+        "| Al | Hi. Bye. |",
+        "| Bo | Yes! |",
+        "Done.",
+    ]
+
+
+def test_a_long_code_block_is_cut_by_the_cap() -> None:
+    code = "```\n" + "x = 1 + 2 + 3 + 4 + 5\n" * 10 + "```\nAfter."
+    segments = run([code], max_chars=60)
+    assert all(len(s) <= 60 for s in segments)
+    fe = FrontEnd(FrontEndOptions())
+    assert [fe.process(s).text for s in segments][-1] == "After."
+    assert all(
+        fe2 == "" for fe2 in [FrontEnd(FrontEndOptions()).process(s).text for s in segments[:1]]
+    )
+
+
+REPLY_PARTS = st.sampled_from(
+    [
+        "# Heading\n",
+        "**Step 1:** Open the app. ",
+        "Hi **Frankie**! ",
+        "*emphasis across. two sentences* ",
+        "See [the docs](https://example.com/docs/setup). ",
+        "![alt text](img.png) ",
+        "- item one\n",
+        "1. first\n",
+        "> quoted line\n",
+        "| A | B |\n|---|---|\n| 1 | 2 |\n",
+        "```\ncode. here\n```\n",
+        "---\n",
+        "Price $1,234.56 on 2026-12-01. ",
+        "Call 555-123-4567 now. ",
+        "x**2 and 2 * 3 and snake_case. ",
+        "Great job 😀👍 ",
+        "Use `pip install x`. ",
+        "e.g. Mr. Smith at 3:45 PM. ",
+        "Ok.\n\n",
+        "<b>bold</b> <laugh> fine. ",
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(REPLY_PARTS, min_size=1, max_size=12), st.data())
+def test_any_token_split_speaks_as_the_reply_sent_whole(
+    parts: list[str], data: st.DataObject
+) -> None:
+    reply = "".join(parts)
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(reply) - 1)), max_size=40)))
+    tokens = [reply[a:b] for a, b in zip([0, *cuts], [*cuts, len(reply)], strict=True) if b > a]
+    options = FrontEndOptions(keep_tags=frozenset({"laugh"}))
+
+    def spoken(chunks: list[str]) -> str:
+        fe = FrontEnd(options)
+        out = []
+        for segment in run(chunks, max_chars=80):
+            seg = fe.process(segment)
+            check_spans(seg)
+            out.append(seg.text)
+        fe.finish()
+        return " ".join(out)
+
+    assert spoken(tokens) == spoken([reply])
+
+
+def test_lexicon_whole_word_longest_first_and_case_rules() -> None:
+    options = FrontEndOptions(
+        input_format="plain",
+        pronunciations=(
+            ("nginx", "engine x"),
+            ("New York", "Noo York"),
+            ("New York City", "the city"),
+            ("US", "you ess"),
+        ),
+    )
+    fe = FrontEnd(options)
+    assert fe.process("NGINX in New York City, New York and the US, us").text == (
+        "engine x in the city, Noo York and the you ess, us"
+    )
+    assert fe.process("nginxes").text == "nginxes"
+
+
+def test_lexicon_before_normalization_and_later_entries_win() -> None:
+    fe = FrontEnd(FrontEndOptions(pronunciations=(("3M", "three em"), ("3M", "Three M"))))
+    assert fe.process("**3M** has 3 sites").text == "Three M has three sites"
+
+
+def test_lexicon_file(tmp_path: object) -> None:
+    assert parse_lexicon("# comment\n\nnginx\tengine x\nSQL\tsequel\n") == (
+        ("nginx", "engine x"),
+        ("SQL", "sequel"),
+    )
+    with pytest.raises(LexiconError, match="line 2"):
+        parse_lexicon("ok\tfine\nbroken line\n")
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "lexicon.tsv"
+    path.write_text("kubectl\tcube control\n", encoding="utf-8")
+    assert load_lexicon(path) == (("kubectl", "cube control"),)
+    with pytest.raises(LexiconError, match="cannot read"):
+        load_lexicon(path.with_name("missing.tsv"))
