@@ -357,6 +357,9 @@ async def synthesize(
     engine jobs when closed early (disconnect, cancellation)."""
     engine = state.engine
     offset = state.settings.http_deadline_offset_s
+    # the front-end's reading costs up to about a millisecond a segment:
+    # never on the event loop; malformed SSML is refused before any audio
+    read = await asyncio.to_thread(spoken_segments, state, plan)
 
     stream = engine.open_stream(
         StreamRequest(
@@ -381,7 +384,7 @@ async def synthesize(
     # the next segment is submitted while the current one decodes: its
     # acoustic stage overlaps our decode (gateway.text.queue)
     segments: SegmentQueue[_Segment] = SegmentQueue(submit)
-    for spoken in spoken_segments(state, plan):
+    for spoken in read:
         segments.append(_Segment(spoken))
     voice_rate = plan.voice.sample_rate
     resampler = StreamResampler(voice_rate, plan.sample_rate)

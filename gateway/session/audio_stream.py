@@ -39,7 +39,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -127,6 +127,8 @@ class Segment:
     utterance: Utterance
     sentence: Sentence
     job: SynthesisJob | None = None
+    #: the front-end's reading of the sentence (a worker thread); None: none
+    read: asyncio.Future[None] | None = None
     #: audio of this segment sent (output ms) and the voice's native rate,
     #: for the session buffer count
     sent_ms: float = 0.0
@@ -145,9 +147,10 @@ class AudioStream:
         self.env = env
         self.name = name
         # the next segment is prefetched only while the session buffer has
-        # room (its decode would otherwise add to a full buffer)
+        # room (its decode would otherwise add to a full buffer), once the
+        # front-end has read it
         self.segments: SegmentQueue[Segment] = SegmentQueue(
-            self._submit, room=lambda: not env.budget.full
+            self._submit, room=lambda: not env.budget.full and self._head_read()
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -164,10 +167,54 @@ class AudioStream:
 
     # -- called by the session (reader side) ------------------------------
     def enqueue(self, segment: Segment) -> None:
+        self._read(segment)
         self.segments.append(segment)
         self._wake.set()
         if self.task is None:
             self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
+
+    # -- the text front-end, off the event loop ----------------------------
+    # Reading a segment costs about 0.2-0.7 ms of CPU (p99 over 0.5 ms,
+    # docs/text.md): it runs in a worker thread, one call at a time per
+    # utterance (its FrontEnd carries state), chained in commit order.  A
+    # segment is submitted to the engine only once read.
+    def _read(self, segment: Segment) -> None:
+        utt = segment.utterance
+        if utt.frontend is None:
+            return
+        segment.read = utt.reading = asyncio.ensure_future(
+            self._read_after(utt.reading, utt.read, segment.sentence)
+        )
+        segment.read.add_done_callback(lambda _: self.segments.prefetch())
+
+    @staticmethod
+    async def _read_after(
+        before: asyncio.Future[None] | None, call: Callable[[Sentence], None], sentence: Sentence
+    ) -> None:
+        if before is not None:
+            await asyncio.wait({before})
+        try:
+            await asyncio.to_thread(call, sentence)
+        except Exception:  # a front-end bug must not stop the session
+            log.exception("the text front-end failed; the sentence is read as written")
+
+    def finish_reading(self, utterance: Utterance) -> None:
+        """The utterance's text is complete (``input.done``): the front-end's
+        end-of-text check runs after its last read (at once if none is left)."""
+        pending = utterance.reading
+        if pending is None or pending.done():
+            utterance.finish_reading()  # a check of carried state: no parsing
+            return
+        utterance.reading = asyncio.ensure_future(self._finish_after(pending, utterance))
+
+    @staticmethod
+    async def _finish_after(before: asyncio.Future[None], utterance: Utterance) -> None:
+        await asyncio.wait({before})
+        utterance.finish_reading()
+
+    def _head_read(self) -> bool:
+        head = self.queue[0] if self.queue else None
+        return head is None or head.read is None or head.read.done()
 
     def drop_utterances(self, utterances: list[Utterance]) -> None:
         """Remove these utterances' queued segments and cancel their jobs."""
@@ -277,12 +324,18 @@ class AudioStream:
                 while not self.queue:
                     self._wake.clear()
                     await self._wake.wait()
+                head = self.queue[0]
+                if head.read is not None and not head.read.done():
+                    await asyncio.wait({head.read})  # the front-end's reading
                 segment = self.segments.start_next()
                 try:
                     await self._speak(segment)
                 finally:
                     self.segments.finish()  # the next may have waited for room
                 self.close_if_complete(segment.utterance)
+                reading = segment.utterance.reading
+                if segment.utterance.done_received and reading is not None:
+                    await asyncio.wait({reading})  # its end-of-text check
                 # a cancel that arrived while audio.done was going out
                 await self._report_cancel(segment.context, None, 0)
                 await self._send(self.env.host.segment_ended(segment.context))

@@ -46,7 +46,7 @@ from gateway.session.contexts import Context, Contexts
 from gateway.session.utterance import Sentence, Utterance
 from gateway.session.voice_requests import VoiceRequest
 from gateway.text.duration import SECONDS_PER_CHAR, estimate_seconds
-from gateway.text.frontend import FrontEnd
+from gateway.text.frontend import FrontEnd, FrontEndError
 from gateway.text.policy import LOAD_ALLOWANCE_S, PolicyConfig, SegmentPolicy
 from gateway.text.segmenter import Segmenter
 from gateway.text.stage import Lexicon, frontend_options
@@ -88,6 +88,14 @@ class AnswerVoiceRequest:
 
 
 Action = protocol.ServerMessage | Close | AnswerVoiceRequest
+
+
+def _unclosed_error(context_id: str | None, problem: FrontEndError) -> protocol.Error:
+    return protocol.Error(
+        code=ErrorCode.INVALID_SSML,
+        message=f"{problem.message} (at character {problem.position} of the utterance's text)",
+        context_id=context_id,
+    )
 
 
 class Session:
@@ -429,15 +437,13 @@ class Session:
             )
         )
 
-    def _enqueue(self, ctx: Context, texts: list[str], *, done: bool = False) -> None:
-        """Commit segments: each becomes a sentence (through the front-end)
-        and goes to the context's stream; ``done``: the text is complete."""
+    def _enqueue(self, ctx: Context, texts: list[str]) -> None:
+        """Commit segments: each becomes a sentence and goes to the context's
+        stream (which has the front-end read it)."""
         utt = ctx.utterance
         if utt is None:
             return
         sentences = [utt.add_sentence(text) for text in texts]
-        if done and (tail := utt.finish_text()) is not None:
-            sentences.append(tail)
         if not sentences:
             return
         self._take_slot(utt)
@@ -512,7 +518,7 @@ class Session:
                 " buffered)",
             )
         ctx.cancel_segment_timer()
-        self._enqueue(ctx, [c.text for c in ctx.policy.flush()], done=done)
+        self._enqueue(ctx, [c.text for c in ctx.policy.flush()])
         return ctx
 
     def _on_done(self, cid: str | None) -> list[Action]:
@@ -522,7 +528,9 @@ class Session:
         # with a session.done of 0 sentences
         utt = ctx.utterance or self._start_utterance(ctx)
         utt.done_received = True
-        self._stream_for(ctx).close_if_complete(utt)
+        stream = self._stream_for(ctx)
+        stream.finish_reading(utt)
+        stream.close_if_complete(utt)
         ctx.utterance = None
         ctx.pending.append(utt)
         ctx.policy.end_utterance()
@@ -558,6 +566,8 @@ class Session:
                 break
             ctx.pending.pop(0)
             self._release_slot(utt)
+            if utt.unclosed is not None:  # SSML left open at the end
+                messages.append(_unclosed_error(ctx.id, utt.unclosed))
             messages.append(utt.session_done(ctx.id))
         # the open utterance's committed text is all spoken: it waits for
         # more text and holds no slot meanwhile

@@ -8,6 +8,7 @@ not, so that every accepted character is accounted for.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,6 +80,11 @@ class Utterance:
     #: the front-end refused a sentence (malformed SSML): the utterance's
     #: later text is reported but not spoken (its markup state is unknown)
     frontend_failed: bool = False
+    #: markup left open at the end of the text (``finish_reading``)
+    unclosed: FrontEndError | None = None
+    #: the front-end's reading of the committed sentences, in order (a
+    #: chain of worker-thread calls, ``AudioStream``); None: nothing pending
+    reading: asyncio.Future[None] | None = None
     _located: int = 0  #: end of the last sentence found in ``source_text``
     _frontend_chars: int = 0  #: characters handed to the front-end so far
     #: holds a ``max_active_streams`` slot: it has committed text being
@@ -137,50 +143,45 @@ class Utterance:
         )
 
     def add_sentence(self, text: str) -> Sentence:
-        """A committed segment becomes the utterance's next sentence; the
-        front-end gives its spoken form (a malformed one is ``refused``)."""
+        """A committed segment becomes the utterance's next sentence, located
+        in the client's text.  Its spoken form comes from ``read`` (off the
+        event loop: ``AudioStream`` runs it in a worker thread, in order)."""
         found = self.source_text.find(text, self._located) if text else -1
         start = self._located if found < 0 else found
         self._located = start + len(text)
         sentence = Sentence(index=len(self.sentences), text=text, source_start=start)
-        if self.frontend_failed:  # after malformed markup nothing more is read
-            sentence.spoken = empty_spoken(text)
-        elif self.frontend is not None:
-            before = self._frontend_chars
-            self._frontend_chars += len(text)
-            try:
-                sentence.spoken = self.frontend.process(text)
-            except FrontEndError as exc:
-                local = min(len(text), max(0, exc.position - before))
-                sentence.refused = FrontEndError(exc.message, start + local)
-                sentence.spoken = empty_spoken(text)
-                self.frontend_failed = True
         self.sentences.append(sentence)
         return sentence
 
-    def finish_text(self) -> Sentence | None:
-        """The utterance's text is complete: what the front-end still
-        carried (e.g. an unclosed construct), as a last sentence, or None."""
-        if self.frontend is None or self.frontend_failed:
-            return None
+    def read(self, sentence: Sentence) -> None:
+        """The front-end's spoken form of ``sentence`` (sentences are read in
+        order, one at a time).  Malformed markup refuses the sentence, and the
+        utterance's later text is reported but not spoken (its markup state
+        is unknown)."""
+        if self.frontend is None:
+            return
+        if self.frontend_failed:
+            sentence.spoken = empty_spoken(sentence.text)
+            return
+        before = self._frontend_chars
+        self._frontend_chars += len(sentence.text)
         try:
-            tail = self.frontend.finish()
+            sentence.spoken = self.frontend.process(sentence.text)
         except FrontEndError as exc:
-            tail = None
-            refused: FrontEndError | None = FrontEndError(exc.message, len(self.source_text))
-        else:
-            refused = None
-        if refused is None and (tail is None or not (tail.text.strip() or tail.pauses)):
-            return None
-        sentence = Sentence(
-            index=len(self.sentences),
-            text=tail.source if tail is not None else "",
-            source_start=self._located,
-            spoken=tail if tail is not None else empty_spoken(""),
-            refused=refused,
-        )
-        self.sentences.append(sentence)
-        return sentence
+            local = min(len(sentence.text), max(0, exc.position - before))
+            sentence.refused = FrontEndError(exc.message, sentence.source_start + local)
+            sentence.spoken = empty_spoken(sentence.text)
+            self.frontend_failed = True
+
+    def finish_reading(self) -> None:
+        """The utterance's text is complete: markup left open (SSML) is
+        ``unclosed``, reported before its ``session.done``."""
+        if self.frontend is None or self.frontend_failed:
+            return
+        try:
+            self.frontend.finish()  # carries no text (gateway.text.frontend)
+        except FrontEndError as exc:
+            self.unclosed = FrontEndError(exc.message, len(self.source_text))
 
     def heard_split(self, position_ms: float, buffered: str) -> tuple[str, str]:
         """Split the utterance's text into (spoken, unspoken) at a position.

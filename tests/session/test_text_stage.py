@@ -147,3 +147,17 @@ def _effective() -> dict[str, object]:
         "framing": "raw",
         "model": "synthetic",
     }
+
+
+async def test_ssml_left_open_is_reported_before_session_done(h: Harness) -> None:
+    h.handle(protocol.SessionConfig(voice="tone", stream_audio=True, input_format="ssml"))
+    text = "<speak>Hello there. <s>And this sentence"
+    h.handle(protocol.InputText(text=text))
+    h.handle(protocol.InputDone())
+    await h.out.wait_for(protocol.SessionDone)
+    kinds = [type(e) for e in h.out.events]
+    error = next(e for e in h.out.events if isinstance(e, protocol.Error))
+    assert error.code == ErrorCode.INVALID_SSML and f"character {len(text)}" in error.message
+    assert kinds.index(protocol.Error) == kinds.index(protocol.SessionDone) - 1
+    dones = [e for e in h.out.events if isinstance(e, protocol.AudioDone)]
+    assert dones and all(d.audio_ms > 0 for d in dones)  # what came before is spoken
