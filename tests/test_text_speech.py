@@ -12,9 +12,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
+from gateway.app import create_app
 from gateway.engines.base import (
     Capabilities,
     Engine,
@@ -24,9 +26,10 @@ from gateway.engines.base import (
     SynthesisJob,
     VoiceInfo,
 )
+from gateway.settings import SettingsError
 from gateway.text.queue import speakable_segments
 from gateway.text.segmenter import Segmenter
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, test_settings
 from tests.helpers import Transcript, open_ws, recv_until, send
 from tests.http.helpers import API_KEY
 
@@ -322,3 +325,53 @@ async def test_an_ssml_break_is_silence_made_by_the_gateway(
     )
     added = _audio_ms(paused) - _audio_ms(plain)
     assert 950 <= added <= 1050, added
+
+
+async def test_the_server_lexicon_and_the_sessions_pronunciations(
+    server_factory: Any, tmp_path: Any
+) -> None:
+    lexicon = tmp_path / "lexicon.txt"
+    lexicon.write_text("# the server's words\nGIF = jiff\nSQL = sequel\n", encoding="utf-8")
+    server = server_factory(lexicon_file=str(lexicon))
+    t = await _speak(
+        server,
+        ["Send the GIF from SQL."],
+        pronunciations={"SQL": "ess cue ell"},
+        debug_engine_text=True,
+        response_format="pcm",
+        stream_audio=True,
+    )
+    (start,) = t.of("audio.start")
+    assert start["sentence_text"] == "Send the GIF from SQL."
+    # the session's entry wins over the server's
+    assert start["engine_text"] == "Send the jiff from ess cue ell."
+
+
+def test_a_malformed_lexicon_file_stops_the_start(tmp_path: Any, piper_engine: Engine) -> None:
+
+    lexicon = tmp_path / "lexicon.txt"
+    lexicon.write_text("GIF = jiff\nno separator\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match="line 2"):
+        create_app(test_settings(lexicon_file=str(lexicon)), engine=piper_engine)
+
+
+def test_batch_items_take_the_text_controls(
+    server_factory: Any, recording: RecordingEngine
+) -> None:
+    server = server_factory(engine=recording)
+    response = httpx.post(
+        server.http + "/v1/audio/speech/batch",
+        json={
+            "model": "tts-1",
+            "voice": "alloy",
+            "response_format": "wav",
+            "input_format": "plain",
+            "normalize": False,
+            "items": [{"input": "Pay **$5** now."}, {"input": "Bad.", "emoji": "keep"}],
+        },
+        timeout=120,
+    )
+    results = response.json()["data"]
+    assert results[0]["status"] == "ok" and recording.texts == ["Pay **$5** now."]
+    assert results[1]["status"] == "error"
+    assert results[1]["error"]["code"] == "invalid_config"
