@@ -29,7 +29,8 @@ from gateway.engines.base import (
 from gateway.settings import SettingsError
 from gateway.text.queue import speakable_segments
 from gateway.text.segmenter import Segmenter
-from tests.conftest import RunningServer, test_settings
+from tests.conftest import RunningServer
+from tests.conftest import test_settings as make_settings
 from tests.helpers import Transcript, open_ws, recv_until, send
 from tests.http.helpers import API_KEY
 
@@ -352,7 +353,7 @@ def test_a_malformed_lexicon_file_stops_the_start(tmp_path: Any, piper_engine: E
     lexicon = tmp_path / "lexicon.txt"
     lexicon.write_text("GIF = jiff\nno separator\n", encoding="utf-8")
     with pytest.raises(SettingsError, match="line 2"):
-        create_app(test_settings(lexicon_file=str(lexicon)), engine=piper_engine)
+        create_app(make_settings(lexicon_file=str(lexicon)), engine=piper_engine)
 
 
 def test_batch_items_take_the_text_controls(
