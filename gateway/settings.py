@@ -336,7 +336,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: longest segment in characters; longer text is cut at whitespace
     max_segment_chars: int = 300
     #: a pronunciation lexicon for every session and request: one
-    #: ``word or phrase = spoken text`` per line (``docs/text.md``); "" none
+    #: ``written<TAB>spoken`` entry a line (``docs/text.md``); "" none
     lexicon_file: str = ""
     # --- limits -------------------------------------------------------------
     max_message_bytes: int = 1_048_576

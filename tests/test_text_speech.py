@@ -332,7 +332,7 @@ async def test_the_server_lexicon_and_the_sessions_pronunciations(
     server_factory: Any, tmp_path: Any
 ) -> None:
     lexicon = tmp_path / "lexicon.txt"
-    lexicon.write_text("# the server's words\nGIF = jiff\nSQL = sequel\n", encoding="utf-8")
+    lexicon.write_text("# the server's words\nGIF\tjiff\nSQL\tsequel\n", encoding="utf-8")
     server = server_factory(lexicon_file=str(lexicon))
     t = await _speak(
         server,
@@ -351,7 +351,7 @@ async def test_the_server_lexicon_and_the_sessions_pronunciations(
 def test_a_malformed_lexicon_file_stops_the_start(tmp_path: Any, piper_engine: Engine) -> None:
 
     lexicon = tmp_path / "lexicon.txt"
-    lexicon.write_text("GIF = jiff\nno separator\n", encoding="utf-8")
+    lexicon.write_text("GIF\tjiff\nno separator\n", encoding="utf-8")
     with pytest.raises(SettingsError, match="line 2"):
         create_app(make_settings(lexicon_file=str(lexicon)), engine=piper_engine)
 

@@ -22,6 +22,7 @@ import msgspec
 from gateway import protocol
 from gateway.engines.base import CLONING_OPTIONS, VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
+from gateway.text.frontend.lexicon import MAX_KEY_CHARS, MAX_SPOKEN_CHARS
 
 #: model names that mean "the engine the server runs" (OpenAI's and ours)
 MODEL_ALIASES = frozenset({"tts-1", "tts-1-hd", "gpt-4o-mini-tts"})
@@ -197,9 +198,9 @@ def _shown(value: object) -> str:
 
 # --- the text front-end's controls (``docs/text.md``) ------------------------------
 
-#: entries of one ``pronunciations`` map, and the longest key and value
+#: entries of one ``pronunciations`` map (the longest word and text are the
+#: lexicon file's: ``MAX_KEY_CHARS``, ``MAX_SPOKEN_CHARS``)
 MAX_PRONUNCIATIONS = 256
-MAX_PRONUNCIATION_CHARS = 200
 
 
 def check_choice(value: str, param: str, choices: Sequence[str]) -> str:
@@ -216,7 +217,8 @@ def check_choice(value: str, param: str, choices: Sequence[str]) -> str:
 def check_pronunciations(value: Mapping[str, str]) -> dict[str, str]:
     """A ``pronunciations`` map (a word or phrase -> the text spoken instead):
     at most ``MAX_PRONUNCIATIONS`` entries, keys and values non-empty, without
-    NUL and at most ``MAX_PRONUNCIATION_CHARS`` characters; keys are stripped."""
+    NUL and at most ``MAX_KEY_CHARS``/``MAX_SPOKEN_CHARS`` characters; keys
+    are stripped."""
     param = "pronunciations"
     if len(value) > MAX_PRONUNCIATIONS:
         raise _invalid(
@@ -230,10 +232,10 @@ def check_pronunciations(value: Mapping[str, str]) -> dict[str, str]:
                 f"`pronunciations` entry {_shown(key)}: the word and its text must not be empty",
                 param,
             )
-        if len(word) > MAX_PRONUNCIATION_CHARS or len(spoken) > MAX_PRONUNCIATION_CHARS:
+        if len(word) > MAX_KEY_CHARS or len(spoken) > MAX_SPOKEN_CHARS:
             raise _invalid(
-                f"`pronunciations` entry {_shown(key)}: at most {MAX_PRONUNCIATION_CHARS}"
-                " characters each side",
+                f"`pronunciations` entry {_shown(key)}: at most {MAX_KEY_CHARS} characters"
+                f" for the word and {MAX_SPOKEN_CHARS} for its text",
                 param,
             )
         if "\x00" in word or "\x00" in spoken:

@@ -631,6 +631,8 @@ class Segmenter:
         cap = self._max
         for i in range(cap, 0, -1):
             if _is_break_space(body[i]):
+                if self._format != "plain" and hold_back(body[:i], self._format) < i:
+                    continue  # inside a link, code span, emphasis or tag: earlier
                 ok = self._cut_ok(body, i, final=final)
                 if ok == _WAIT:
                     return None
@@ -642,6 +644,10 @@ class Segmenter:
         i = cap
         while i > 0 and (body[i].isspace() or not _can_cut_at(body, i)):
             i -= 1
+        if self._format == "ssml":
+            lt = body.rfind("<", 0, i)
+            if lt > 0 and lt > body.rfind(">", 0, i):
+                return lt  # never inside a tag: before it
         start = body.rfind("<", max(0, i - _TAG_MAX + 1), i)
         if start > 0:  # never inside an emotion tag: before it
             tag = _TAG.match(body, start)

@@ -17,6 +17,8 @@ and the HTTP API, ``gateway.http.speech``):
   their character offsets in the client's text;
 * ``load_lexicon``: the server-wide pronunciation file (``lexicon_file``).
 
+``LexiconError`` is the front-end's, re-exported for the app.
+
 Pure but for ``load_lexicon`` (read once at start).
 """
 
@@ -36,6 +38,23 @@ from gateway.engines.base import (
     WordTiming,
 )
 from gateway.text.frontend import FrontEndOptions, InputFormat, SpokenSegment
+from gateway.text.frontend.lexicon import LexiconError
+from gateway.text.frontend.lexicon import load_lexicon as read_lexicon
+
+__all__ = [
+    "Lexicon",
+    "LexiconError",
+    "SilentJob",
+    "SourceWord",
+    "client_position",
+    "empty_spoken",
+    "frontend_options",
+    "load_lexicon",
+    "pause_ms",
+    "pause_samples",
+    "segment_starts",
+    "source_words",
+]
 
 #: the server lexicon and the session's or request's own entries, merged
 Lexicon = tuple[tuple[str, str], ...]
@@ -178,35 +197,10 @@ def client_position(text: str, segments: Sequence[str], position: int) -> int:
     return len(text)
 
 
-class LexiconError(ValueError):
-    """The lexicon file cannot be read or has a malformed line."""
-
-
-def parse_lexicon(text: str, name: str = "lexicon") -> Lexicon:
-    """Entries of a lexicon file: one ``word or phrase = spoken text`` per
-    line; blank lines and lines starting with ``#`` are ignored."""
-    entries: list[tuple[str, str]] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value:
-            raise LexiconError(
-                f"{name} line {number}: expected `word or phrase = spoken text`, got {line!r}"
-            )
-        entries.append((key, value))
-    return tuple(entries)
-
-
 def load_lexicon(path: str) -> Lexicon:
-    """The server lexicon (setting ``lexicon_file``; ``""``: none)."""
+    """The server lexicon (setting ``lexicon_file``; ``""``: none), in the
+    front-end's format (``gateway.text.frontend.lexicon``: one
+    ``written<TAB>spoken`` a line).  Raises ``LexiconError`` naming the line."""
     if not path:
         return ()
-    file = Path(path).expanduser()
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LexiconError(f"lexicon_file {file} cannot be read: {exc}") from None
-    return parse_lexicon(text, file.name)
+    return read_lexicon(Path(path).expanduser())

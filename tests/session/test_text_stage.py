@@ -70,7 +70,8 @@ def test_malformed_text_controls_are_invalid_config(raw: str) -> None:
     [
         ({"": "x"}, "must not be empty"),
         ({"SQL": " "}, "must not be empty"),
-        ({"w" * 201: "x"}, "200"),
+        ({"w" * 101: "x"}, "100 characters"),
+        ({"w": "x" * 301}, "300"),
         ({f"w{i}": "x" for i in range(MAX_PRONUNCIATIONS + 1)}, "entries"),
     ],
 )

@@ -148,3 +148,9 @@ def test_any_input_is_read_or_refused_with_a_position(text: str) -> None:
         fe.finish()
     except FrontEndError as exc:
         assert 0 <= exc.position <= len(text)
+
+
+def test_engine_tags_pass_through_ssml_verbatim() -> None:
+    fe = FrontEnd(FrontEndOptions(input_format="ssml", keep_tags=frozenset({"<laugh>"})))
+    assert fe.process("<speak>Oh <laugh> no <sigh/></speak>").text == "Oh <laugh> no "
+    assert fe.finish() is None

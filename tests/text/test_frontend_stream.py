@@ -211,3 +211,65 @@ def test_lexicon_file(tmp_path: object) -> None:
     assert load_lexicon(path) == (("kubectl", "cube control"),)
     with pytest.raises(LexiconError, match="cannot read"):
         load_lexicon(path.with_name("missing.tsv"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="ab A*_`[]()!#|-<>&;\n.,:1 ", max_size=150),
+    st.sampled_from(["markdown", "ssml"]),
+    st.integers(20, 120),
+    st.data(),
+)
+def test_segments_do_not_depend_on_the_chunking(
+    text: str, fmt: InputFormat, max_chars: int, data: st.DataObject
+) -> None:
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=30)))
+    chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True) if b > a]
+    whole = run([text], fmt=fmt, max_chars=max_chars)
+    assert run(chunks, fmt=fmt, max_chars=max_chars) == whole
+    assert "".join(whole).replace(" ", "").replace("\n", "") == text.replace(" ", "").replace(
+        "\n", ""
+    )
+
+
+SSML_PARTS = st.sampled_from(
+    [
+        "<speak>",
+        "Hello there. ",
+        '<break time="300ms"/>',
+        '<sub alias="World Wide Web">WWW</sub> is big. ',
+        '<say-as interpret-as="characters">ABC</say-as>. ',
+        "Fish &amp; chips. ",
+        "<p>One. Two.</p>",
+        "It costs $5. ",
+    ]
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(SSML_PARTS, min_size=1, max_size=10), st.data())
+def test_any_token_split_of_ssml_speaks_as_sent_whole(
+    parts: list[str], data: st.DataObject
+) -> None:
+    reply = "".join(parts) + ("</speak>" if "<speak>" in parts else "")
+    reply = (
+        reply.replace("<speak>", "", reply.count("<speak>") - 1)
+        if reply.count("<speak>") > 1
+        else reply
+    )
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(reply) - 1)), max_size=40)))
+    tokens = [reply[a:b] for a, b in zip([0, *cuts], [*cuts, len(reply)], strict=True) if b > a]
+
+    def spoken(chunks: list[str]) -> tuple[str, list[tuple[int, int]]]:
+        fe = FrontEnd(FrontEndOptions(input_format="ssml"))
+        texts: list[str] = []
+        pauses: list[tuple[int, int]] = []
+        for segment in run(chunks, fmt="ssml", max_chars=80):
+            seg = fe.process(segment)
+            check_spans(seg)
+            texts.append(seg.text)
+            pauses += list(seg.pauses)
+        fe.finish()
+        return " ".join(texts), pauses
+
+    assert spoken(tokens) == spoken([reply])

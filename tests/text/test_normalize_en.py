@@ -272,6 +272,26 @@ def test_normalizer_registry_by_language_tag() -> None:
     assert normalizer_for("xx") is None
 
 
+@pytest.mark.parametrize(
+    ("language", "written", "spoken"),
+    [
+        (
+            "de",
+            "Es kostet 21 Euro, 50 % Rabatt.",
+            "Es kostet einundzwanzig Euro, fünfzig Prozent Rabatt.",
+        ),
+        ("fr", "J'ai 3 chats", "J'ai trois chats"),
+        ("es-ES", "Tengo 100 libros", "Tengo cien libros"),
+        ("de", "am 1.2.2026 um 10:30, 3,5 kg", "am 1.2.2026 um 10:30, 3,5 kg"),
+    ],
+)
+def test_other_languages_whole_numbers(language: str, written: str, spoken: str) -> None:
+    fe = FrontEnd(FrontEndOptions(input_format="plain", language=language))
+    seg = fe.process(written)
+    check_spans(seg)
+    assert seg.text == spoken
+
+
 def test_unknown_language_is_not_normalized() -> None:
     fe = FrontEnd(FrontEndOptions(language="xx"))
     assert fe.process("**$5** on 2026-12-01").text == "$5 on 2026-12-01"

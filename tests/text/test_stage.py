@@ -5,6 +5,7 @@ capabilities give.  Pure: no server, no engine."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,6 @@ from gateway.text.stage import (
     SilentJob,
     frontend_options,
     load_lexicon,
-    parse_lexicon,
     pause_ms,
     pause_samples,
     source_words,
@@ -79,18 +79,16 @@ def test_silent_job_has_no_events() -> None:
     assert asyncio.run(events()) == []
 
 
-def test_lexicon_file_lines(tmp_path: object) -> None:
-    assert parse_lexicon("# comment\n\nSQL = sequel\nSt. Louis = saint louis\n") == (
-        ("SQL", "sequel"),
-        ("St. Louis", "saint louis"),
-    )
-    with pytest.raises(LexiconError, match="line 2"):
-        parse_lexicon("ok = fine\nno separator here\n")
-    with pytest.raises(LexiconError, match="line 1"):
-        parse_lexicon(" = nothing\n")
+def test_the_server_lexicon_file(tmp_path: Path) -> None:
     assert load_lexicon("") == ()
-    with pytest.raises(LexiconError, match="cannot be read"):
-        load_lexicon("/nonexistent/lexicon.txt")
+    path = tmp_path / "lexicon.tsv"
+    path.write_text("# written<TAB>spoken\nSQL\tsequel\nSt. Louis\tsaint louis\n", "utf-8")
+    assert load_lexicon(str(path)) == (("SQL", "sequel"), ("St. Louis", "saint louis"))
+    path.write_text("ok\tfine\nno tab here\n", "utf-8")
+    with pytest.raises(LexiconError, match="line 2"):
+        load_lexicon(str(path))
+    with pytest.raises(LexiconError, match="cannot read"):
+        load_lexicon(str(tmp_path / "missing.tsv"))
 
 
 def test_options_from_controls_and_capabilities() -> None:

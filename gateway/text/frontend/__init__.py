@@ -10,7 +10,7 @@ stack).  Pure: no I/O, no asyncio, no clock.
 
 from __future__ import annotations
 
-from gateway.text.frontend.core import FrontEnd, hold_back
+from gateway.text.frontend.core import FrontEnd, hold_back, warm_up
 from gateway.text.frontend.types import (
     INPUT_FORMATS,
     FrontEndError,
@@ -29,4 +29,5 @@ __all__ = [
     "Span",
     "SpokenSegment",
     "hold_back",
+    "warm_up",
 ]

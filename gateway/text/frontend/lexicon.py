@@ -54,7 +54,7 @@ class Lexicon:
         if not keys:
             self._pattern: re.Pattern[str] | None = None
             return
-        alternation = "|".join(r"\s+".join(map(re.escape, k.split(" "))) for k in keys)
+        alternation = "|".join(r"\s{1,10}".join(map(re.escape, k.split(" "))) for k in keys)
         self._pattern = re.compile(rf"(?<!\w)(?:{alternation})(?!\w)", re.IGNORECASE)
 
     def __bool__(self) -> bool:

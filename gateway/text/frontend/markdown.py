@@ -44,23 +44,25 @@ from gateway.text.frontend.pieces import Piece
 __all__ = ["MarkdownReader"]
 
 _FENCE: Final = re.compile(r" {0,3}(`{3,}|~{3,})")
-_HEADING: Final = re.compile(r"( {0,3}#{1,6})(?:[ \t]+|$)")
-_HEADING_TAIL: Final = re.compile(r"[ \t]+#+[ \t]*$")
+_HEADING: Final = re.compile(r"( {0,3}#{1,6})(?:[ \t]{1,40}|$)")
+_HEADING_TAIL: Final = re.compile(r"[ \t]{1,40}#{1,40}[ \t]{0,40}$")
 _QUOTE: Final = re.compile(r" {0,3}>[ \t]?")
-_LIST: Final = re.compile(r"[ \t]{0,12}(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?")
+_LIST: Final = re.compile(r"[ \t]{0,12}(?:[-*+]|\d{1,9}[.)])[ \t]{1,40}(?:\[[ xX]\][ \t]{1,40})?")
 _RULE: Final = re.compile(
-    r" {0,3}(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|(?:=[ \t]*){3,})$"
+    r" {0,3}(?:(?:-[ \t]{0,8}){3,200}|(?:\*[ \t]{0,8}){3,200}"
+    r"|(?:_[ \t]{0,8}){3,200}|(?:=[ \t]{0,8}){3,200})$"
 )
 _TABLE_SEP: Final = re.compile(
-    r" {0,3}\|?(?:[ \t]*:?-{1,200}:?[ \t]*\|){1,50}(?:[ \t]*:?-{1,200}:?[ \t]*)?$"
+    r" {0,3}\|?(?:[ \t]{0,40}:?-{1,200}:?[ \t]{0,40}\|){1,50}"
+    r"(?:[ \t]{0,40}:?-{1,200}:?[ \t]{0,40})?$"
 )
-_REF_DEF: Final = re.compile(r" {0,3}\[[^\]]{1,200}\]:[ \t]*\S{1,500}")
+_REF_DEF: Final = re.compile(r" {0,3}\[[^\]]{1,200}\]:[ \t]{0,40}\S{1,500}")
 _TAG: Final = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]{0,30})(?:\s[^<>]{0,300})?/?>")
 _COMMENT: Final = re.compile(r"<!--.{0,2000}?-->", re.DOTALL)
 _AUTOLINK: Final = re.compile(r"<((?:https?|ftp)://[^\s<>]{1,500}|[\w.+-]{1,64}@[\w.-]{1,255})>")
 _PUNCT_END: Final = ".!?:;,…。！？"
 _ESCAPABLE: Final = frozenset("\\`*_{}[]()#+-.!|<>~\"'")
-_MAX_LINK: Final = 1000  # a link's text or URL longer than this is not a link
+_MAX_LINK: Final = 300  # a link's text or URL longer than this is not a link
 _MAX_EMPHASIS: Final = 8  # carried open emphasis markers, at most
 
 
@@ -207,6 +209,7 @@ class MarkdownReader:
         items: list[Piece] = []
         delims: list[_Delim] = []
         silent_at: dict[int, int] = {}  # start -> end of link tails ``](url)``
+        links = text.find("](", start, end) >= 0 or text.find("][", start, end) >= 0
         i = start
         lit = start  # start of the pending literal text
         while i < end:
@@ -261,7 +264,7 @@ class MarkdownReader:
                     items.append(Piece("", m.end() - 1, m.end()))
                     i = lit = m.end()
                     continue
-            if ch == "[" or (ch == "!" and i + 1 < end and text[i + 1] == "["):
+            if (ch == "[" or (ch == "!" and i + 1 < end and text[i + 1] == "[")) and links:
                 opener = 2 if ch == "!" else 1
                 tail = _link_tail(text, i + opener, end)
                 if tail is not None:

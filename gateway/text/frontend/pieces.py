@@ -52,6 +52,7 @@ def rewrite(pieces: list[Piece], stage: Callable[[str], Iterable[Edit]]) -> list
 
 
 def _rewrite_run(run: list[Piece], stage: Callable[[str], Iterable[Edit]]) -> list[Piece]:
+    """One pass over the run's pieces and the stage's edits (both in order)."""
     if not run:
         return []
     text = "".join(p.text for p in run)
@@ -63,73 +64,76 @@ def _rewrite_run(run: list[Piece], stage: Callable[[str], Iterable[Edit]]) -> li
     for p in run:
         starts.append(pos)
         pos += len(p.text)
-    used = [False] * len(run)  # silent pieces are placed once
     out: list[Piece] = []
-    cursor = 0
-    for start, end, replacement in edits:
-        out.extend(_slice(run, starts, used, cursor, start))
-        lo, hi = _source_of(run, starts, used, start, end)
-        out.append(Piece(replacement, lo, hi, copied=False, frozen=True))
-        cursor = end
-    out.extend(_slice(run, starts, used, cursor, len(text)))
-    return out
-
-
-def _slice(run: list[Piece], starts: list[int], used: list[bool], a: int, b: int) -> list[Piece]:
-    """The pieces of the run's text ``[a, b]``, silent pieces there kept."""
-    out: list[Piece] = []
-    for i, (p, s) in enumerate(zip(run, starts, strict=True)):
-        e = s + len(p.text)
-        if not p.text:
-            if a <= s <= b and not used[i]:
-                used[i] = True
+    n = len(run)
+    k = 0  # the current piece
+    off = 0  # characters of it already placed
+    for a, b, replacement in edits:
+        # the text before the edit, silent pieces at its start included
+        while k < n:
+            p, s = run[k], starts[k]
+            e = s + len(p.text)
+            if not p.text:
+                if s > a:
+                    break
                 out.append(p)
-            continue
-        lo, hi = max(a, s), min(b, e)
-        if lo >= hi:
-            continue
-        if lo == s and hi == e:
-            out.append(p)
-        elif p.copied:
-            off = p.source_start - s
-            out.append(Piece(p.text[lo - s : hi - s], lo + off, hi + off, True, p.frozen))
-        else:
-            part = p.text[lo - s : hi - s]
-            out.append(Piece(part, p.source_start, p.source_end, False, p.frozen))
+            elif e <= a:
+                out.append(p if off == 0 else _part(p, s, s + off, e))
+            else:
+                if s + off < a:
+                    out.append(_part(p, s, s + off, a))
+                    off = a - s
+                break
+            k, off = k + 1, 0
+        # the edited text: its source range (silent pieces strictly inside)
+        lo: int | None = None
+        hi: int | None = None
+        point = _point(run, starts, k, off)
+        while k < n:
+            p, s = run[k], starts[k]
+            e = s + len(p.text)
+            if not p.text:
+                if s >= b:
+                    break
+                ps, pe = p.source_start, p.source_end
+            elif s + off >= b:
+                break
+            elif p.copied:
+                ps = p.source_start + off
+                pe = p.source_start + min(e, b) - s
+            else:
+                ps, pe = p.source_start, p.source_end
+            lo = ps if lo is None else min(lo, ps)
+            hi = pe if hi is None else max(hi, pe)
+            if p.text and e > b:
+                off = b - s
+                break
+            k, off = k + 1, 0
+        if lo is None or hi is None:
+            lo = hi = point
+        out.append(Piece(replacement, lo, hi, copied=False, frozen=True))
+    while k < n:
+        p, s = run[k], starts[k]
+        out.append(p if off == 0 else _part(p, s, s + off, s + len(p.text)))
+        k, off = k + 1, 0
     return out
 
 
-def _source_of(
-    run: list[Piece], starts: list[int], used: list[bool], a: int, b: int
-) -> tuple[int, int]:
-    """The source range of the run's text ``[a, b)`` (silent pieces strictly
-    inside included)."""
-    lo: int | None = None
-    hi: int | None = None
-    for i, (p, s) in enumerate(zip(run, starts, strict=True)):
-        e = s + len(p.text)
-        if not p.text:
-            if not a < s < b or used[i]:
-                continue
-            used[i] = True
-            ps, pe = p.source_start, p.source_end
-        elif e <= a or s >= b:
-            continue
-        elif p.copied:
-            off = p.source_start - s
-            ps, pe = max(a, s) + off, min(b, e) + off
-        else:
-            ps, pe = p.source_start, p.source_end
-        lo = ps if lo is None else min(lo, ps)
-        hi = pe if hi is None else max(hi, pe)
-    if lo is None or hi is None:
-        point = run[-1].source_end
-        for p, s in zip(run, starts, strict=True):
-            if s + len(p.text) > a or (s >= a and p.text):
-                point = p.source_start + (a - s if p.copied and s <= a else 0)
-                break
-        return point, point
-    return lo, hi
+def _part(p: Piece, s: int, x: int, y: int) -> Piece:
+    """The part ``[x, y)`` (run-text offsets) of piece ``p`` starting at ``s``."""
+    if p.copied:
+        return Piece(
+            p.text[x - s : y - s], p.source_start + x - s, p.source_start + y - s, True, p.frozen
+        )
+    return Piece(p.text[x - s : y - s], p.source_start, p.source_end, False, p.frozen)
+
+
+def _point(run: list[Piece], starts: list[int], k: int, off: int) -> int:
+    """The source position of the current place in the run."""
+    if k >= len(run):
+        return run[-1].source_end
+    p = run[k]
+    return p.source_start + off if p.copied and p.text else p.source_start
 
 
 def to_segment(source: str, pieces: list[Piece], *, blank_is_silent: bool = True) -> SpokenSegment:

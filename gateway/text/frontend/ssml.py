@@ -34,15 +34,17 @@ MAX_BREAK_MS: Final = 10_000
 _MAX_TAG: Final = 1000
 
 _START: Final = re.compile(
-    r"<([A-Za-z][\w:.-]{0,40})((?:\s+[\w:.-]{1,40}\s*=\s*(?:\"[^\"<]{0,500}\"|'[^'<]{0,500}'))*)\s*(/?)>"
+    r"<([A-Za-z][\w:.-]{0,40})((?:\s{1,40}[\w:.-]{1,40}\s{0,40}=\s{0,40}(?:\"[^\"<]{0,500}\"|'[^'<]{0,500}')){0,20})\s{0,40}(/?)>"
 )
-_END: Final = re.compile(r"</([A-Za-z][\w:.-]{0,40})\s*>")
+_END: Final = re.compile(r"</([A-Za-z][\w:.-]{0,40})\s{0,40}>")
 _PI: Final = re.compile(r"<\?[^<>]{0,500}\?>")
 _COMMENT: Final = re.compile(r"<!--.{0,2000}?-->", re.DOTALL)
-_ATTR: Final = re.compile(r"([\w:.-]{1,40})\s*=\s*(?:\"([^\"<]{0,500})\"|'([^'<]{0,500})')")
+_ATTR: Final = re.compile(
+    r"([\w:.-]{1,40})\s{0,40}=\s{0,40}(?:\"([^\"<]{0,500})\"|'([^'<]{0,500})')"
+)
 _ENTITY: Final = re.compile(r"&(?:(amp|lt|gt|quot|apos)|#(\d{1,7})|#x([0-9A-Fa-f]{1,6}));")
 _NAMED: Final = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
-_TIME: Final = re.compile(r"\s*(\d{1,6}(?:\.\d{1,3})?)\s*(ms|s)\s*")
+_TIME: Final = re.compile(r"\s{0,10}(\d{1,6}(?:\.\d{1,3})?)\s{0,10}(ms|s)\s{0,10}")
 _STRENGTH: Final = {
     "none": 0,
     "x-weak": 100,
@@ -85,6 +87,7 @@ class _Held:
 
 @dataclass
 class SsmlReader:
+    keep_tags: frozenset[str] = frozenset()  # the engine's own tags: verbatim, never elements
     stack: list[str] = field(default_factory=list)
     held: _Held | None = None
     partial: str = ""  # a tag begun at the end of the previous segment
@@ -201,6 +204,9 @@ class SsmlReader:
         if m is None:
             raise SsmlError("malformed tag (write &lt; for '<')", start, out)
         name = m.group(1).lower()
+        if name in self.keep_tags and not m.group(2).strip():
+            out.append(Piece(tag, start, end, frozen=True))
+            return
         attrs = {
             a.group(1).lower(): a.group(2) if a.group(2) is not None else a.group(3) or ""
             for a in _ATTR.finditer(m.group(2))

@@ -3,7 +3,8 @@
 A normalizer takes a run of spoken text and returns the ``(start, end,
 replacement)`` edits that write its numbers, dates, units and symbols as
 words (see :mod:`gateway.text.frontend.pieces`).  Languages without one get
-Markdown and emoji handling only.  To add a language, write
+Markdown and emoji handling only; ``generic.py`` covers whole numbers and
+percentages for a few languages with ``num2words``.  To add a language, write
 ``normalize/<code>.py`` with a ``normalize`` function and add it here
 (``docs/text.md``, "Adding a language").
 """
@@ -13,14 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from gateway.text.frontend.normalize import en
+from gateway.text.frontend.normalize import en, generic
 from gateway.text.frontend.pieces import Edit
 
 __all__ = ["NORMALIZERS", "Normalizer", "normalizer_for"]
 
 Normalizer = Callable[[str], Iterable[Edit]]
 
-NORMALIZERS: Final[dict[str, Normalizer]] = {"en": en.normalize}
+NORMALIZERS: Final[dict[str, Normalizer]] = {
+    "en": en.normalize,
+    # whole numbers and percentages only, with num2words (normalize/generic.py)
+    **{code: generic.normalizer(code) for code in generic.PERCENT_WORDS},
+}
 
 
 def normalizer_for(language: str) -> Normalizer | None:

@@ -195,8 +195,18 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
 _PATTERN: Final = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx in _RULES))
 
 
+# Every rule needs one of these somewhere in the text: a cheap test first
+# (most segments of prose have none, and skip the big alternation).
+_TRIGGER: Final = re.compile(
+    r"[0-9@&#×½⅓⅔¼¾⅛$€£¥₹]|://|www\.|\.(?:com|org|net|io|dev|ai|edu|gov|app|co|uk|de|fr)\b"
+    rf"|(?<![\w.])(?:{_ABBR_ALT}|St\b)"
+)
+
+
 def normalize(text: str) -> Iterator[Edit]:
     """The edits that write ``text``'s numbers, dates, units ... in words."""
+    if _TRIGGER.search(text) is None:
+        return
     for m in _PATTERN.finditer(text):
         kind = m.lastgroup
         assert kind is not None
