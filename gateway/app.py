@@ -34,6 +34,7 @@ from gateway.ops.metrics import Metrics, watch_loop_lag
 from gateway.ops.resources import WEB_DIR
 from gateway.settings import Settings, SettingsError
 from gateway.state import GatewayState
+from gateway.text.frontend import warm_up
 from gateway.text.stage import LexiconError, load_lexicon
 from gateway.voices.store import VoiceStore
 from gateway.ws.endpoint import stream_endpoint
@@ -100,6 +101,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
             await asyncio.to_thread(voice_store.open)
             the_engine.use_voice_store(voice_store)
             log_format_support()
+            # the front-end's first emoji loads the emoji tables: not in a session
+            await asyncio.to_thread(warm_up)
             if owns_engine:
                 log.info("loading engine %s", the_engine.name)
                 await the_engine.start()

@@ -174,8 +174,9 @@ class AudioStream:
             self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
 
     # -- the text front-end, off the event loop ----------------------------
-    # Reading a segment costs about 0.2-0.7 ms of CPU (p99 over 0.5 ms,
-    # docs/text.md): it runs in a worker thread, one call at a time per
+    # Reading a segment costs up to about 0.5 ms of CPU at p99 (0.7 ms
+    # measured here under load) and 7-9 ms for adversarial text within
+    # max_segment_chars (docs/text.md): it runs in a worker thread, one call at a time per
     # utterance (its FrontEnd carries state), chained in commit order.  A
     # segment is submitted to the engine only once read.
     def _read(self, segment: Segment) -> None:
