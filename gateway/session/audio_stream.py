@@ -328,6 +328,7 @@ class AudioStream:
                 head = self.queue[0]
                 if head.read is not None and not head.read.done():
                     await asyncio.wait({head.read})  # the front-end's reading
+                    continue  # a cancel may have changed the queue meanwhile
                 segment = self.segments.start_next()
                 try:
                     await self._speak(segment)
