@@ -321,8 +321,18 @@ async def test_a_refused_request_fails_alone_without_retry_or_ejection(
             assert refused.status_code == 400  # the client's mistake, not a server error
             assert refused.json()["error"]["code"] == "engine_refused"
             assert "refused" in refused.text or "ghost" in refused.text
+        # the WebSocket client hears the same code, beside the sentence's audio.done
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", voice="ghost", **STREAM)
+            await send(ws, type="input.text", text="Hello there.")
+            await send(ws, type="input.done")
+            t = await recv_until(ws, Transcript())
+        (error,) = t.of("error")
+        assert error["code"] == "engine_refused" and error["action"] == "sentence_skipped"
+        assert t.of("audio.done")[0]["error"] is True and not t.binary
         pool = engine_of(gw).client.pool
-        assert sum(r.requests for r in pool.replicas) == 4  # one attempt each, no retry
+        assert sum(r.requests for r in pool.replicas) == 5  # one attempt each, no retry
         assert all(r.state is ReplicaState.READY for r in pool.replicas)
         assert (await speech(gw.http, "Hello there.")).status_code == 200
 

@@ -2,8 +2,10 @@
 
 Everything that bounds how much a client may make the server hold or do:
 
-* ``window``: ``ListenerWindow``, how far ahead of the listener one context
-  may send (``session.config.flow_control``: ``none``/``ack``/``realtime``);
+* ``listener``: ``Listener``, the one model of a context's listener: how far
+  ahead of it the context may send (``session.config.flow_control``:
+  ``none``/``ack``/``realtime``), where it is at a cancel, and how much audio
+  it has not heard yet (for the segmentation policy);
 * ``budget``: ``DecodeBudget``, decoded but unsent audio one session may hold
   (``max_buffered_ms``), shared by its engine jobs;
 * ``stall``: ``StallGuard``, the stall close policy (a send that waits
@@ -19,6 +21,6 @@ The transport's own write backpressure (a bounded send buffer) is in
 consumer takes it is the engine's (``gateway.engines``).
 
 This package imports nothing from the rest of the gateway except
-``gateway.protocol`` and ``gateway.errors``: session, speaker, routes and
+``gateway.protocol`` and ``gateway.errors``: session, audio stream, HTTP and
 engines all depend on it, never the other way round.
 """

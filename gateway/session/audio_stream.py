@@ -6,30 +6,40 @@ order: it submits each segment to its utterance's engine stream (one
 it, closed once its text is complete; the next segment is submitted
 while the current one decodes, so the engine's acoustic stage overlaps the
 vocoder and consecutive segments join without a gap), resamples and frames
-the chunks, and sends ``audio.start`` / ``alignment`` / binary / ``audio.done``
-and the closing ``session.done``.
+the chunks, and sends the events about them in order with the frames.
 
 With ``raw`` framing a session has one stream shared by all contexts (their
-audio never interleaves; first-in first-out at sentence granularity).  With
+audio never interleaves; first-in first-out at segment granularity).  With
 ``tagged`` framing each context has its own stream and their frames
 interleave, ordered by the engine's earliest-deadline scheduling.
 
-A stream sees its session only through ``StreamEnv`` (what it needs to
-speak) and ``StreamHost`` (what it tells the session core, which answers
-with the messages to send): this module imports nothing of
-``gateway.session.core``.  The segment bookkeeping (order, one-ahead prefetch) is
-``gateway.text.queue``, shared with the HTTP API.
+One owner for each piece of state.  The session core owns the contexts,
+utterances and segments (``gateway.session.utterance``) and their positions;
+this module only reads them.  It reports what it did through ``StreamHost``
+(a segment started, word timings arrived, a frame went out, a job ended, a
+segment finished or failed, cancelled audio stopped) and sends the messages
+the core answers with; it waits in ``StreamHost.admit`` before each frame.
+What belongs to the stream itself is its queue, its utterances' engine
+streams and their resamplers (state carried across an utterance's segments
+while the next one is queued).  A stream sees its session only through
+``StreamEnv`` and ``StreamHost``: this module imports nothing of
+``gateway.session.core``.  The segment bookkeeping (order, one-ahead
+prefetch) is ``gateway.text.queue``, shared with the HTTP API.
 
 The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``
-(``gateway.flow.budget``),
-passed to the engine with each streamed segment: the engine reserves a
-chunk before decoding it and this module releases it once the chunk's
-frames are written, so a session whose sends are held stops decoding.
-The next segment is prefetched only while the budget has room (``unsent_ms``
-measures the same quantity from the jobs' statistics, as an independent
-check for the tests).  The
-segment about to be spoken is always submitted, so a full buffer never
-delays a context's first audio.
+(``gateway.flow.budget``), passed to the engine with each streamed segment:
+the engine reserves a chunk before decoding it and this module releases it
+once the chunk's frames are written, so a session whose sends are held
+stops decoding.  The next segment is prefetched only while the budget has
+room.  The segment about to be spoken is always submitted, so a full buffer
+never delays a context's first audio.
+
+Failures.  A ``SynthesisError`` fails its segment alone: the client gets an
+``error`` with the engine's code (``engine_refused`` when the engine judged
+the request invalid, else ``internal``) and ``audio.done`` with ``error:
+true``, and the stream goes on.  Any other exception is a bug in the
+gateway: the segment fails the same way with ``internal``, the traceback
+goes to the log and no exception text to the client.
 """
 
 from __future__ import annotations
@@ -55,16 +65,17 @@ from gateway.engines.base import (
     Engine,
     EngineStream,
     SegmentRequest,
+    SegmentStats,
     StreamRequest,
     SynthesisError,
     SynthesisJob,
+    WordTiming,
     WordTimings,
 )
-from gateway.errors import ErrorCode
+from gateway.errors import ErrorCode, GatewayError
 from gateway.flow.budget import DecodeBudget
-from gateway.ops.metrics import Metrics
 from gateway.session.contexts import Context
-from gateway.session.utterance import Sentence, Utterance
+from gateway.session.utterance import Segment, Utterance
 from gateway.text.duration import estimate_seconds
 from gateway.text.queue import SegmentQueue
 from gateway.text.stage import SilentJob, pause_ms, pause_samples
@@ -84,17 +95,63 @@ class Sender(Protocol):
     async def audio(self, payload: bytes) -> None: ...
 
 
-class StreamHost(Protocol):
-    """What a stream tells its session.  The session core answers with the
-    messages to send; the stream sends them, in order with its audio."""
+@dataclass(eq=False)
+class QueuedSegment:
+    """One segment in a stream's queue: whose it is, and its engine job once
+    submitted (the stream's own field)."""
 
-    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
-        """A segment of ``ctx`` is done: ``session.done`` of the utterances
-        that are now complete."""
+    context: Context
+    utterance: Utterance
+    segment: Segment
+    job: SynthesisJob | None = None
+    #: the front-end's reading of the segment (a worker thread); None: none
+    read: asyncio.Future[None] | None = None
+
+
+class StreamHost(Protocol):
+    """What a stream reports to its session core, which updates its state
+    and answers with the messages to send; the stream sends them, in order
+    with its audio."""
+
+    def segment_started(self, item: QueuedSegment) -> list[protocol.ServerMessage]:
+        """``item``'s audio begins: ``audio.start``."""
+        ...
+
+    def words_timed(
+        self, item: QueuedSegment, words: tuple[WordTiming, ...]
+    ) -> list[protocol.ServerMessage]:
+        """The engine's word timings for ``item``: ``alignment`` if asked for."""
+        ...
+
+    async def admit(self, item: QueuedSegment, frame_ms: float) -> bool:
+        """Wait until the listener may take a frame of ``item``'s audio and
+        count it as sent; False if the frame must be dropped (cancelled)."""
+        ...
+
+    def frame_sent(self, item: QueuedSegment, samples: int) -> None:
+        """A frame of ``item`` went out with ``samples`` of audio at the
+        output rate (0 for a WAV header)."""
+        ...
+
+    def job_ended(self, item: QueuedSegment, stats: SegmentStats) -> None:
+        """``item``'s engine job ended (finished, failed or cancelled)."""
+        ...
+
+    def segment_finished(
+        self, item: QueuedSegment, sent_bytes: int, samples: int, failure: GatewayError | None
+    ) -> list[protocol.ServerMessage]:
+        """``item``'s audio is complete (or it failed with ``failure``):
+        ``audio.done``, after an ``error`` if it failed."""
+        ...
+
+    def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """The stream is done with a segment of ``ctx`` (finished, failed or
+        cancelled) and has taken it off its queue: ``session.done`` of the
+        utterances that are now complete."""
         ...
 
     def cancelled_audio_ended(
-        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int, *, delivered: bool
+        self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
     ) -> list[protocol.ServerMessage]:
         """The last frame of cancelled audio of ``ctx`` went out (or, if not
         ``delivered``, the connection is gone): the cancel reports waiting for it."""
@@ -115,31 +172,105 @@ class StreamEnv:
     #: the session buffer (``max_buffered_ms``), shared by its streams
     budget: DecodeBudget
     out: Sender
-    metrics: Metrics
     label: str  #: the session id, for engine logs
     log: logging.LoggerAdapter[logging.Logger]
     host: StreamHost
 
 
-@dataclass
-class Segment:
-    context: Context
-    utterance: Utterance
-    sentence: Sentence
-    job: SynthesisJob | None = None
-    #: the front-end's reading of the sentence (a worker thread); None: none
-    read: asyncio.Future[None] | None = None
-    #: audio of this segment sent (output ms) and the voice's native rate,
-    #: for the session buffer count
-    sent_ms: float = 0.0
-    voice_rate: int = 0
+def _failure(segment: Segment, exc: SynthesisError) -> GatewayError:
+    """A failed segment as the WebSocket client hears of it."""
+    if exc.refused:
+        return GatewayError(
+            ErrorCode.ENGINE_REFUSED, f"the engine refused sentence {segment.index}: {exc}"
+        )
+    return GatewayError(ErrorCode.INTERNAL, f"synthesis of sentence {segment.index} failed: {exc}")
 
-    def unsent_ms(self) -> float:
-        """Decoded by the engine and not yet sent (0 without a live job)."""
-        if self.job is None or self.utterance.cancelled or not self.voice_rate:
-            return 0.0
-        decoded_ms = self.job.stats.audio_samples * 1000 / self.voice_rate
-        return max(0.0, decoded_ms - self.sent_ms)
+
+class _SegmentOut:
+    """One segment's way out: frames its audio on the config's grid (or
+    keeps it whole), waits for the listener, sends, and counts what it sent."""
+
+    def __init__(self, env: StreamEnv, item: QueuedSegment) -> None:
+        self.env = env
+        self.item = item
+        config = item.utterance.config
+        self.config = config
+        self.rate = config.sample_rate
+        self.framer = Framer(self.rate, config.frame_ms)
+        self.tagged = config.framing == "tagged"
+        self.sent_bytes = 0  #: payload bytes sent (headers not counted)
+        self.samples_sent = 0
+        self._first_frame = True
+        self._whole: list[np.ndarray] = []  #: the audio of a whole-segment message
+
+    async def open(self) -> None:
+        """The streaming WAV header, if the format has one."""
+        if self.config.stream_audio and self.config.response_format == "wav":
+            await self._send(wav_header(self.rate, self.config.encoding, None), 0, audio=False)
+
+    async def push(self, samples: np.ndarray, *, last: bool = False) -> None:
+        """Audio at the output rate; ``last``: the segment's audio ends here."""
+        if not self.config.stream_audio:
+            self._whole.append(samples)
+            return
+        frames = self.framer.push(samples)
+        if last:
+            tail = self.framer.flush()
+            if tail is not None and tail.size:
+                frames.append(tail)
+            if not frames and self.tagged and not self._first_frame:
+                # the audio ended on a frame boundary: an empty frame carries
+                # the last-frame flag
+                frames = [np.zeros(0, np.float32)]
+        for i, frame in enumerate(frames):
+            flags = FrameFlags.LAST if last and i == len(frames) - 1 else FrameFlags.NONE
+            await self._send(encode(frame, self.config.encoding), frame.size, flags=flags)
+
+    async def send_whole(self) -> None:
+        """Without streamed audio: the segment's audio as one message."""
+        if self.config.stream_audio or not self._whole:
+            return
+        audio = np.concatenate(self._whole)
+        if self.config.response_format == "wav":
+            payload = wav_bytes(audio, self.rate, self.config.encoding)
+        else:
+            payload = encode(audio, self.config.encoding)
+        await self._send(payload, audio.size, flags=FrameFlags.LAST)
+
+    async def _send(
+        self,
+        payload: bytes,
+        samples: int,
+        *,
+        audio: bool = True,
+        flags: FrameFlags = FrameFlags.NONE,
+    ) -> None:
+        item, host = self.item, self.env.host
+        if audio and not await host.admit(item, samples * 1000 / self.rate):
+            return  # cancelled while waiting: the frame is dropped, never sent
+        if not audio:
+            flags |= FrameFlags.WAV_HEADER
+        frame = self._header(flags) + payload if self.tagged else payload
+        await self.env.out.audio(frame)
+        self.sent_bytes += len(payload)
+        self._first_frame = False
+        if audio:
+            self.samples_sent += samples
+        host.frame_sent(item, samples if audio else 0)
+
+    def _header(self, flags: FrameFlags) -> bytes:
+        ctx, utt = self.item.context, self.item.utterance
+        if self._first_frame:
+            flags |= FrameFlags.FIRST
+        return pack_header(
+            TaggedHeader(
+                context=ctx.number,
+                utterance_index=utt.index,
+                sequence=ctx.sequence,
+                sample_offset=round(utt.sent_ms * self.rate / 1000),
+                flags=flags,
+            )
+        )
 
 
 class AudioStream:
@@ -149,26 +280,32 @@ class AudioStream:
         # the next segment is prefetched only while the session buffer has
         # room (its decode would otherwise add to a full buffer), once the
         # front-end has read it
-        self.segments: SegmentQueue[Segment] = SegmentQueue(
+        self.segments: SegmentQueue[QueuedSegment] = SegmentQueue(
             self._submit, room=lambda: not env.budget.full and self._head_read()
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        #: each utterance's engine stream, from its first segment until it is
+        #: closed or cancelled
+        self._engine_streams: dict[Utterance, EngineStream] = {}
+        #: resampler state carried to an utterance's next segment (queued
+        #: when the current one ended); dropped at the flush
+        self._resamplers: dict[Utterance, StreamResampler] = {}
 
     @property
-    def queue(self) -> deque[Segment]:
+    def queue(self) -> deque[QueuedSegment]:
         """Segments waiting behind the current one."""
         return self.segments.waiting
 
     @property
-    def current(self) -> Segment | None:
+    def current(self) -> QueuedSegment | None:
         """The segment being spoken."""
         return self.segments.current
 
-    # -- called by the session (reader side) ------------------------------
-    def enqueue(self, segment: Segment) -> None:
-        self._read(segment)
-        self.segments.append(segment)
+    # -- asked by the session core (reader side) ---------------------------
+    def enqueue(self, item: QueuedSegment) -> None:
+        self._read(item)
+        self.segments.append(item)
         self._wake.set()
         if self.task is None:
             self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
@@ -176,28 +313,28 @@ class AudioStream:
     # -- the text front-end, off the event loop ----------------------------
     # Reading a segment costs up to about 0.5 ms of CPU at p99 (0.7 ms
     # measured here under load) and 7-9 ms for adversarial text within
-    # max_segment_chars (docs/text.md): it runs in a worker thread, one call at a time per
-    # utterance (its FrontEnd carries state), chained in commit order.  A
-    # segment is submitted to the engine only once read.
-    def _read(self, segment: Segment) -> None:
-        utt = segment.utterance
+    # max_segment_chars (docs/text.md): it runs in a worker thread, one call
+    # at a time per utterance (its FrontEnd carries state), chained in commit
+    # order.  A segment is submitted to the engine only once read.
+    def _read(self, item: QueuedSegment) -> None:
+        utt = item.utterance
         if utt.frontend is None:
             return
-        segment.read = utt.reading = asyncio.ensure_future(
-            self._read_after(utt.reading, utt.read, segment.sentence)
+        item.read = utt.reading = asyncio.ensure_future(
+            self._read_after(utt.reading, utt.read, item.segment)
         )
-        segment.read.add_done_callback(lambda _: self.segments.prefetch())
+        item.read.add_done_callback(lambda _: self.segments.prefetch())
 
     @staticmethod
     async def _read_after(
-        before: asyncio.Future[None] | None, call: Callable[[Sentence], None], sentence: Sentence
+        before: asyncio.Future[None] | None, call: Callable[[Segment], None], segment: Segment
     ) -> None:
         if before is not None:
             await asyncio.wait({before})
         try:
-            await asyncio.to_thread(call, sentence)
+            await asyncio.to_thread(call, segment)
         except Exception:  # a front-end bug must not stop the session
-            log.exception("the text front-end failed; the sentence is read as written")
+            log.exception("the text front-end failed; the segment is read as written")
 
     def finish_reading(self, utterance: Utterance) -> None:
         """The utterance's text is complete (``input.done``): the front-end's
@@ -217,16 +354,21 @@ class AudioStream:
         head = self.queue[0] if self.queue else None
         return head is None or head.read is None or head.read.done()
 
-    def drop_utterances(self, utterances: list[Utterance]) -> None:
-        """Remove these utterances' queued segments and cancel their jobs."""
+    def cancel(self, utterances: list[Utterance]) -> bool:
+        """Stop these utterances: remove their queued segments and cancel
+        their engine work.  True if one of them is being spoken now: its
+        cancel report follows its last frame (``cancelled_audio_ended``)."""
         self.segments.drop(lambda s: s.utterance in utterances)
         for utterance in utterances:
-            if utterance.engine_stream is not None:
-                utterance.engine_stream.cancel()
-
-    def unsent_ms(self) -> float:
-        """Decoded but unsent audio of this stream's segments (debug, bound)."""
-        return sum(s.unsent_ms() for s in self.segments)
+            stream = self._engine_streams.pop(utterance, None)
+            if stream is not None:
+                stream.cancel()
+        current = self.current
+        if current is None or current.utterance not in utterances:
+            return False
+        assert current.job is not None  # the current segment is always submitted
+        current.job.cancel()
+        return True
 
     def has_work_for(self, context: Context) -> bool:
         return (self.current is not None and self.current.context is context) or any(
@@ -236,10 +378,10 @@ class AudioStream:
     def close_if_complete(self, utterance: Utterance) -> None:
         """Tell the utterance's engine stream that no segment will follow
         once ``input.done`` arrived and none is queued or being spoken."""
-        stream = utterance.engine_stream
-        done = utterance.done_received and not self.has_work_for_utterance(utterance)
-        if stream is not None and done:
-            stream.close()
+        if utterance.done_received and not self.has_work_for_utterance(utterance):
+            stream = self._engine_streams.pop(utterance, None)
+            if stream is not None:
+                stream.close()
 
     def has_next_for(self, utterance: Utterance) -> bool:
         return any(s.utterance is utterance for s in self.queue)
@@ -266,29 +408,25 @@ class AudioStream:
             self.task.cancel()
             self.task = None
 
-    # -- the task ---------------------------------------------------------
-    def _submit(self, segment: Segment) -> None:
-        utterance = segment.utterance
-        config = utterance.config
+    # -- submitting -----------------------------------------------------------
+    def _submit(self, item: QueuedSegment) -> None:
+        utterance = item.utterance
         start = utterance.first_audio_at
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
-        env = self.env
-        segment.voice_rate = env.voice_rates[config.voice]
-        text = segment.sentence.engine_text
-        if not text.strip():  # nothing to speak: a sentence of no audio
-            segment.job = SilentJob()
+        text = item.segment.engine_text
+        if not text.strip():  # nothing to speak: a segment of no audio
+            item.job = SilentJob()
             return
         # the stream's first segment opens the utterance: its first chunk
         # jumps the engine's queue (StreamRequest.first_audio_priority)
-        segment.job = self._engine_stream(segment).submit(
-            SegmentRequest(text=text, deadline=deadline)
-        )
+        item.job = self._engine_stream(item).submit(SegmentRequest(text=text, deadline=deadline))
 
-    def _engine_stream(self, segment: Segment) -> EngineStream:
-        utterance = segment.utterance
-        if utterance.engine_stream is None:
+    def _engine_stream(self, item: QueuedSegment) -> EngineStream:
+        utterance = item.utterance
+        stream = self._engine_streams.get(utterance)
+        if stream is None:
             config = utterance.config
-            utterance.engine_stream = self.env.engine.open_stream(
+            stream = self.env.engine.open_stream(
                 StreamRequest(
                     voice=config.voice,
                     language=config.language,
@@ -296,13 +434,14 @@ class AudioStream:
                     instructions=config.instructions,
                     options=utterance.options,
                     alignment=True,
-                    label=f"{self.env.label}/{segment.context.id or '-'}",
+                    label=f"{self.env.label}/{item.context.id or '-'}",
                     # a whole-sentence message needs the whole sentence decoded
                     # before it can be sent, so only streamed audio is budgeted
                     budget=self.env.budget if config.stream_audio else None,
                 )
             )
-        return utterance.engine_stream
+            self._engine_streams[utterance] = stream
+        return stream
 
     def _audio_ahead_s(self, utterance: Utterance) -> float:
         """Seconds of the utterance's audio that play before a segment
@@ -313,12 +452,15 @@ class AudioStream:
         ahead = utterance.sent_ms / 1000
         current = self.current
         if current is not None and current.utterance is utterance and current.job is not None:
+            segment = current.segment
             total = current.job.stats.audio_seconds
             if total is None:
-                total = estimate_seconds(current.sentence.engine_text, utterance.config.speed)
-            ahead += max(0.0, total - current.sent_ms / 1000)
+                total = estimate_seconds(segment.engine_text, utterance.config.speed)
+            sent_s = (utterance.sent_ms - segment.start_ms) / 1000 if segment.started else 0.0
+            ahead += max(0.0, total - sent_s)
         return ahead
 
+    # -- the task ---------------------------------------------------------
     async def _run(self) -> None:
         try:
             while True:
@@ -329,18 +471,18 @@ class AudioStream:
                 if head.read is not None and not head.read.done():
                     await asyncio.wait({head.read})  # the front-end's reading
                     continue  # a cancel may have changed the queue meanwhile
-                segment = self.segments.start_next()
+                item = self.segments.start_next()
                 try:
-                    await self._speak(segment)
+                    await self._speak(item)
                 finally:
                     self.segments.finish()  # the next may have waited for room
-                self.close_if_complete(segment.utterance)
-                reading = segment.utterance.reading
-                if segment.utterance.done_received and reading is not None:
+                self.close_if_complete(item.utterance)
+                reading = item.utterance.reading
+                if item.utterance.done_received and reading is not None:
                     await asyncio.wait({reading})  # its end-of-text check
                 # a cancel that arrived while audio.done was going out
-                await self._report_cancel(segment.context, None, 0)
-                await self._send(self.env.host.segment_ended(segment.context))
+                await self._report_cancel(item.context, None, 0)
+                await self._send(self.env.host.segment_dequeued(item.context))
         except ConnectionGone:
             self.env.host.connection_lost()
 
@@ -349,178 +491,91 @@ class AudioStream:
             await self.env.out.event(message)
 
     async def _report_cancel(
-        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int
+        self, ctx: Context, open_segment: Segment | None, sent_bytes: int
     ) -> None:
-        out = self.env.out
         reports = self.env.host.cancelled_audio_ended(
-            ctx, open_sentence, sent_bytes, delivered=not out.gone
+            ctx, open_segment, sent_bytes, delivered=not self.env.out.gone
         )
         await self._send(reports)
 
-    async def _flow_wait(self, ctx: Context, utt: Utterance, frame_ms: float) -> bool:
-        """Hold a frame until the context's listener window admits it;
-        False if the utterance was cancelled meanwhile (drop the frame)."""
-        out = self.env.out
-        admitted = await ctx.flow.admit(frame_ms, lambda: utt.cancelled or out.gone)
-        if admitted:  # the send clock of the listener-buffer estimate
-            ctx.listener.on_sent(frame_ms, time.monotonic())
-        return admitted
+    def _resampler(self, utterance: Utterance) -> StreamResampler:
+        resampler = self._resamplers.get(utterance)
+        if resampler is None:
+            voice_rate = self.env.voice_rates[utterance.config.voice]
+            resampler = StreamResampler(voice_rate, utterance.config.sample_rate)
+            self._resamplers[utterance] = resampler
+        return resampler
 
-    def _first_audio(self, utt: Utterance) -> None:
-        utt.first_audio_at = time.monotonic()
-        if utt.ready_at is not None:
-            self.env.metrics.time_to_first_audio.observe(utt.first_audio_at - utt.ready_at)
-
-    def _account_job(self, utt: Utterance, job: SynthesisJob) -> None:
-        stats = job.stats
-        metrics = self.env.metrics
-        utt.compute_ms += stats.compute_ms
-        if utt.queue_ms is None:
-            utt.queue_ms = stats.queue_ms
-        metrics.sentences.inc()
-        if stats.extra.get("acoustic_ms"):
-            metrics.acoustic_seconds.observe(stats.extra["acoustic_ms"] / 1000)
-        if stats.first_chunk_ms:
-            metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
-
-    async def _speak(self, segment: Segment) -> None:
-        ctx, utt, sentence = segment.context, segment.utterance, segment.sentence
-        config = utt.config
-        job = segment.job
+    async def _speak(self, item: QueuedSegment) -> None:
+        utt = item.utterance
+        job = item.job
         assert job is not None
-        out = self.env.out
-        sentence.started = True
-        sentence.start_ms = utt.sent_ms
-        rate = config.sample_rate
-        voice_rate = self.env.voice_rates[config.voice]
-        if ctx.resampler is None or ctx.resampler_utterance is not utt:
-            ctx.resampler = StreamResampler(voice_rate, rate)
-            ctx.resampler_utterance = utt
-        resampler = ctx.resampler
-        framer = Framer(rate, config.frame_ms)
-        tagged = config.framing == "tagged"
-        if sentence.refused is not None:  # malformed SSML: reported, not spoken
-            await out.event(
-                protocol.Error(
-                    code=ErrorCode.INVALID_SSML,
-                    message=f"sentence {sentence.index} is not spoken:"
-                    f" {sentence.refused.message} (at character {sentence.refused.position}"
-                    " of the utterance's text)",
-                    context_id=ctx.id,
-                    action="sentence_skipped",
-                )
-            )
-        await out.event(
-            protocol.AudioStart(
-                context_id=ctx.id,
-                utterance_index=utt.index,
-                sentence_index=sentence.index,
-                sentence_text=sentence.text,
-                format=config.response_format,
-                encoding=config.encoding,
-                sample_rate=rate,
-                context_number=ctx.number,
-                engine_text=sentence.engine_text if config.debug_engine_text else None,
-            )
-        )
-        pause_before, pause_after = pause_ms(sentence.spoken)
-        total_bytes = 0
-        samples_sent = 0
-        first_frame = True
-        pending: list[np.ndarray] = []  # whole-sentence mode
+        host = self.env.host
+        await self._send(host.segment_started(item))
+        out = _SegmentOut(self.env, item)
+        resampler = self._resampler(utt)
+        await out.open()
+        # SSML <break> pauses: silence made here, before or after the speech
+        before, after = pause_ms(item.segment.spoken)
+        if before:
+            await out.push(resampler.process(pause_samples(before, resampler.in_rate)))
+        failure = await self._decode(item, job, out, resampler)
+        if after and not utt.cancelled and failure is None:
+            await out.push(resampler.process(pause_samples(after, resampler.in_rate)))
+        if not utt.cancelled:
+            # the next segment of the utterance is queued: keep the
+            # resampler's state so the two join seamlessly
+            carry = self.has_next_for(utt) and failure is None
+            if not carry:
+                self._resamplers.pop(utt, None)
+            await out.push(np.zeros(0, np.float32) if carry else resampler.flush(), last=True)
+            await out.send_whole()
+        if utt.cancelled:
+            # frames after the cancel were dropped by admit: the report
+            # follows the last frame that actually went out
+            self._resamplers.pop(utt, None)
+            await self._report_cancel(item.context, item.segment, out.sent_bytes)
+            return
+        await self._send(host.segment_finished(item, out.sent_bytes, out.samples_sent, failure))
 
-        async def send(payload: bytes, n_samples: int, flags: FrameFlags = FrameFlags.NONE) -> None:
-            nonlocal total_bytes, samples_sent, first_frame
-            is_audio = not flags & FrameFlags.WAV_HEADER
-            if is_audio and not await self._flow_wait(ctx, utt, n_samples * 1000 / rate):
-                return  # cancelled while waiting: the frame is dropped, never sent
-            if tagged:
-                if first_frame:
-                    flags |= FrameFlags.FIRST
-                header = TaggedHeader(
-                    context=ctx.number,
-                    utterance_index=utt.index,
-                    sequence=ctx.sequence,
-                    sample_offset=round(utt.sent_ms * rate / 1000),
-                    flags=flags,
-                )
-                ctx.sequence += 1
-                payload_out = pack_header(header) + payload
-            else:
-                payload_out = payload
-            await out.audio(payload_out)
-            total_bytes += len(payload)
-            first_frame = False
-            if is_audio:
-                samples_sent += n_samples
-                utt.sent_ms += n_samples * 1000 / rate
-                segment.sent_ms += n_samples * 1000 / rate
-                if utt.first_audio_at is None and n_samples:
-                    self._first_audio(utt)
-
-        async def emit(samples: np.ndarray, last: bool = False) -> None:
-            if not config.stream_audio:
-                pending.append(samples)
-                return
-            frames = framer.push(samples)
-            if last:
-                tail = framer.flush()
-                if tail is not None and tail.size:
-                    frames.append(tail)
-            if last and not frames and tagged and not first_frame:
-                # the audio ended on a frame boundary: an empty frame carries
-                # the last-frame flag
-                frames = [np.zeros(0, np.float32)]
-            for i, frame in enumerate(frames):
-                flags = FrameFlags.LAST if last and i == len(frames) - 1 else FrameFlags.NONE
-                await send(encode(frame, config.encoding), frame.size, flags)
-
-        if config.stream_audio and config.response_format == "wav":
-            await send(wav_header(rate, config.encoding, None), 0, FrameFlags.WAV_HEADER)
-
-        failed: Exception | None = None
-        if pause_before:  # an SSML <break> before the speech: silence made here
-            await emit(resampler.process(pause_samples(pause_before, voice_rate)))
+    async def _decode(
+        self, item: QueuedSegment, job: SynthesisJob, out: _SegmentOut, resampler: StreamResampler
+    ) -> GatewayError | None:
+        """Speak the job's events until it ends or the utterance is
+        cancelled; the segment's failure, if it failed."""
+        utt, segment = item.utterance, item.segment
+        voice_rate = resampler.in_rate
+        budgeted = utt.config.stream_audio
         events = job.__aiter__()
         try:
             async for event in events:
                 if utt.cancelled:
                     break
                 if isinstance(event, WordTimings):
-                    words = sentence.set_words(event.words)
-                    if config.timestamps:
-                        await out.event(
-                            protocol.Alignment(
-                                context_id=ctx.id,
-                                utterance_index=utt.index,
-                                sentence_index=sentence.index,
-                                # on the client's words, with their offsets
-                                words=[
-                                    protocol.WordTimestamp(
-                                        word=w.text,
-                                        start_ms=round(sentence.start_ms + w.start_ms, 1),
-                                        end_ms=round(sentence.start_ms + w.end_ms, 1),
-                                        char_start=sentence.source_start + w.char_start,
-                                        char_end=sentence.source_start + w.char_end,
-                                    )
-                                    for w in words
-                                ],
-                            )
-                        )
+                    await self._send(self.env.host.words_timed(item, event.words))
                 elif isinstance(event, AudioChunk):
-                    await emit(resampler.process(event.samples))
-                    if config.stream_audio:  # written to the socket: budget freed
+                    await out.push(resampler.process(event.samples))
+                    if budgeted:  # written to the socket: budget freed
                         self.env.budget.release(job, event.samples.size / voice_rate)
                     self.segments.prefetch()  # sending made room in the session buffer
         except ConnectionGone:
             job.cancel()
             raise
-        except (SynthesisError, Exception) as exc:  # the sentence fails, the session goes on
+        except SynthesisError as exc:  # the segment fails, the session goes on
             self.env.log.warning(
-                "synthesis failed (context=%s sentence=%d): %r", ctx.id, sentence.index, exc
+                "synthesis failed (context=%s sentence=%d): %s", item.context.id, segment.index, exc
             )
             job.cancel()
-            failed = exc
+            return _failure(segment, exc)
+        except Exception:  # a bug in the gateway: logged, never shown to the client
+            self.env.log.exception(
+                "speaking a segment failed (context=%s sentence=%d)", item.context.id, segment.index
+            )
+            job.cancel()
+            return GatewayError(
+                ErrorCode.INTERNAL,
+                f"synthesis of sentence {segment.index} failed: a server error (logged)",
+            )
         finally:
             # close the iterator now (not at garbage collection) so the
             # engine's own cleanup runs when the stream leaves early
@@ -528,38 +583,6 @@ class AudioStream:
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
-            self._account_job(utt, job)
+            self.env.host.job_ended(item, job.stats)
             self.env.budget.release(job)
-
-        if pause_after and not utt.cancelled and failed is None:
-            await emit(resampler.process(pause_samples(pause_after, voice_rate)))
-        if not utt.cancelled:
-            carry = self.has_next_for(utt) and failed is None
-            tail = np.zeros(0, np.float32) if carry else resampler.flush()
-            await emit(tail, last=True)
-        if not config.stream_audio and pending and not utt.cancelled:
-            audio = np.concatenate(pending)
-            if config.response_format == "wav":
-                payload = wav_bytes(audio, rate, config.encoding)
-            else:
-                payload = encode(audio, config.encoding)
-            await send(payload, audio.size, FrameFlags.LAST)
-        if utt.cancelled:
-            # frames after the cancel were dropped by _flow_wait: the report
-            # follows the last frame that actually went out
-            resampler.flush()
-            await self._report_cancel(ctx, sentence, total_bytes)
-            return
-        sentence.audio_ms = samples_sent * 1000 / rate
-        sentence.finished = True
-        if failed is not None:
-            await out.event(
-                protocol.Error(
-                    code=ErrorCode.INTERNAL,
-                    message=f"synthesis of sentence {sentence.index} failed: {failed}",
-                    context_id=ctx.id,
-                    partial_audio=total_bytes > 0,
-                    action="sentence_skipped",
-                )
-            )
-        await out.event(utt.audio_done(ctx.id, sentence, total_bytes, error=failed is not None))
+        return None

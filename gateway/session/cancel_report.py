@@ -2,10 +2,10 @@
 
 For each cancelled utterance, in order: ``audio.cancelled`` (how much was
 sent and heard, the text split into spoken and unspoken), then
-``audio.done`` for the sentence that was open when the audio stopped (if
+``audio.done`` for the segment that was open when the audio stopped (if
 it belongs to that utterance) and ``session.done``, all marked
 ``cancelled: true``.  No I/O, no clock: the caller passes the listener's
-position (``ListenerWindow.position``).
+position (``gateway.flow.listener.Listener.position``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway import protocol
-from gateway.session.utterance import Sentence, Utterance
+from gateway.session.utterance import Segment, Utterance
 
 
 def heard_position(utt: Utterance, context_position_ms: float) -> float:
@@ -27,12 +27,12 @@ def cancel_report(
     utterances: Sequence[Utterance],
     context_position_ms: float,
     source: protocol.PositionSource,
-    open_sentence: Sentence | None = None,
+    open_segment: Segment | None = None,
     sent_bytes: int = 0,
 ) -> list[protocol.ServerMessage]:
     """The messages reporting these cancelled utterances of one context.
 
-    ``open_sentence`` is the sentence whose audio was cut (its
+    ``open_segment`` is the segment whose audio was cut (its
     ``audio.start`` went out, its ``audio.done`` did not) and ``sent_bytes``
     the payload bytes of it sent so far."""
     messages: list[protocol.ServerMessage] = []
@@ -50,14 +50,14 @@ def cancel_report(
                 unspoken_text=unspoken,
             )
         )
-        if open_sentence is not None and open_sentence in utt.sentences:
+        if open_segment is not None and open_segment in utt.segments:
             messages.append(
                 protocol.AudioDone(
                     context_id=context_id,
                     utterance_index=utt.index,
-                    sentence_index=open_sentence.index,
+                    sentence_index=open_segment.index,
                     total_bytes=sent_bytes,
-                    audio_ms=round(utt.sent_ms - open_sentence.start_ms, 3),
+                    audio_ms=round(utt.sent_ms - open_segment.start_ms, 3),
                     cancelled=True,
                 )
             )

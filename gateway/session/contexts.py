@@ -2,7 +2,7 @@
 
 A context is an independent stream of utterances inside one session
 (``context_id``; ``null`` is the default context).  Each has its own
-segmentation policy, its listener window and the positions its tagged frames carry.
+segmentation policy, its listener model and the positions its tagged frames carry.
 ``Contexts`` is the registry: it creates contexts on first use, enforces
 ``max_contexts`` live ones and forgets idle ones when many ids were seen.
 
@@ -17,10 +17,8 @@ import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from gateway.audio.resample import StreamResampler
 from gateway.errors import ErrorCode, GatewayError
-from gateway.flow.listener import ListenerBuffer
-from gateway.flow.window import ListenerWindow
+from gateway.flow.listener import Listener
 from gateway.session.utterance import Utterance
 from gateway.text.policy import SegmentPolicy
 
@@ -43,11 +41,8 @@ class Context:
     sequence: int = 0  #: tagged-frame sequence number
     #: the policy's next check while no text arrives (docs/segmentation.md)
     segment_timer: asyncio.TimerHandle | None = None
-    #: audio ahead of the listener: playback reports, else the send clock
-    listener: ListenerBuffer = field(default_factory=ListenerBuffer)
-    resampler: StreamResampler | None = None
-    resampler_utterance: Utterance | None = None
-    flow: ListenerWindow = field(default_factory=ListenerWindow)
+    #: the listener: admission, cancel positions, audio ahead for segmentation
+    listener: Listener = field(default_factory=Listener)
     underrun: bool = False  #: in an underrun episode (metrics count episodes)
 
     def open_utterances(self) -> list[Utterance]:

@@ -11,8 +11,12 @@ Audio is the exception by design: the core hands each speakable segment to
 an ``AudioStream`` (``gateway.session.audio_stream``), whose task submits it to the
 engine and writes the frames through the session's one bounded sender
 (``gateway.ws.outbound.Outbound``), in order with the events about them.  The
-streams tell the core when a segment ends or cancelled audio stopped
-(``StreamHost``) and send the messages the core returns.
+core is still the one owner of the contexts, utterances and segments: a
+stream reports what it did (``StreamHost``: a segment started, word
+timings, a frame sent, a job ended, a segment finished or failed, cancelled
+audio stopped), the core updates its state and answers with the messages
+the stream sends.  To stop a stream's work the core asks the stream
+(``AudioStream.cancel``).
 
 The reader never waits on synthesis: ``cancel`` and ``playback`` are
 handled while audio is being produced.
@@ -34,18 +38,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, assert_never
 
 from gateway import protocol
-from gateway.engines.base import Engine
+from gateway.engines.base import Engine, SegmentStats, WordTiming
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import Admission
 from gateway.flow.budget import DecodeBudget
-from gateway.session.audio_stream import AudioStream, Segment, Sender, StreamEnv
+from gateway.session.audio_stream import AudioStream, QueuedSegment, Sender, StreamEnv
 from gateway.session.cancel_report import cancel_report
 from gateway.session.capabilities import capabilities_message
 from gateway.session.config import apply_config, clone_options, default_config
 from gateway.session.contexts import Context, Contexts
-from gateway.session.utterance import Sentence, Utterance
+from gateway.session.utterance import Segment, Utterance
 from gateway.session.voice_requests import VoiceRequest
-from gateway.text.duration import SECONDS_PER_CHAR, estimate_seconds
+from gateway.text.duration import estimate_seconds
 from gateway.text.frontend import FrontEnd, FrontEndError
 from gateway.text.policy import LOAD_ALLOWANCE_S, PolicyConfig, SegmentPolicy
 from gateway.text.segmenter import Segmenter
@@ -134,7 +138,6 @@ class Session:
             voice_rates={v.name: v.sample_rate for v in engine.voices()},
             budget=self.budget,
             out=out,
-            metrics=metrics,
             label=self.id,
             log=self.log,
             host=self,
@@ -189,11 +192,6 @@ class Session:
             limits=self.limits(),
             capabilities=capabilities_message(self.engine.capabilities),
         )
-
-    def buffered_ms(self) -> float:
-        """Audio decoded for this session and not yet sent, measured from the
-        engine's statistics: an independent check of the budget (tests)."""
-        return sum(stream.unsent_ms() for stream in self.streams())
 
     def busy(self) -> bool:
         """Any utterance in progress, text buffered, segments queued or audio unsent."""
@@ -338,7 +336,7 @@ class Session:
             lead_s=self.engine.capabilities.typical_first_chunk_s + LOAD_ALLOWANCE_S,
             first_min_words=self.settings.first_segment_min_words,
             min_words=self.settings.phrase_min_words,
-            seconds_per_char=SECONDS_PER_CHAR / self.config.speed,
+            speed=self.config.speed,
         )
         # one WAV per segment without streamed audio: no early cuts there
         return SegmentPolicy(segmenter, config, timed=self.config.stream_audio)
@@ -347,12 +345,12 @@ class Session:
         """Audio ahead of the context's listener: sent and unplayed, plus the
         estimated rest of every segment committed and not yet fully sent."""
         ahead = ctx.listener.ahead_s(now)
-        for utt in [*ctx.pending, *([ctx.utterance] if ctx.utterance else [])]:
-            for sentence in utt.sentences:
-                if sentence.finished or utt.cancelled:
+        for utt in ctx.open_utterances():
+            for segment in utt.segments:
+                if segment.finished or utt.cancelled:
                     continue
-                estimate = estimate_seconds(sentence.engine_text, utt.config.speed)
-                sent = (utt.sent_ms - sentence.start_ms) / 1000 if sentence.started else 0.0
+                estimate = estimate_seconds(segment.engine_text, utt.config.speed)
+                sent = (utt.sent_ms - segment.start_ms) / 1000 if segment.started else 0.0
                 ahead += max(0.0, estimate - sent)
         return ahead
 
@@ -417,8 +415,8 @@ class Session:
         )
         self.utterances_started += 1
         ctx.utterance = utt
-        ctx.flow.configure(self.config.flow_control, self.config.max_lead_ms)
-        utt.flow_offset_ms = ctx.flow.sent_ms
+        ctx.listener.configure(self.config.flow_control, self.config.max_lead_ms)
+        utt.flow_offset_ms = ctx.listener.sent_ms
         self.metrics.utterances.inc()
         return utt
 
@@ -438,20 +436,18 @@ class Session:
         )
 
     def _enqueue(self, ctx: Context, texts: list[str]) -> None:
-        """Commit segments: each becomes a sentence and goes to the context's
-        stream (which has the front-end read it)."""
+        """Commit segments of the client's text: each goes to the context's
+        stream, which has the front-end read it."""
         utt = ctx.utterance
-        if utt is None:
-            return
-        sentences = [utt.add_sentence(text) for text in texts]
-        if not sentences:
+        if not texts or utt is None:
             return
         self._take_slot(utt)
         stream = self._stream_for(ctx)
-        for sentence in sentences:
+        for text in texts:
+            segment = utt.add_segment(text)
             if utt.ready_at is None:
                 utt.ready_at = time.monotonic()
-            stream.enqueue(Segment(ctx, utt, sentence))
+            stream.enqueue(QueuedSegment(ctx, utt, segment))
 
     # --- stream slots (``max_active_streams``, ``max_streams_per_session``) --
     # An utterance holds one slot while it has committed text being
@@ -534,29 +530,132 @@ class Session:
         ctx.utterance = None
         ctx.pending.append(utt)
         ctx.policy.end_utterance()
-        return list(self.segment_ended(ctx))
+        return list(self.segment_dequeued(ctx))
 
     def _on_playback(self, cid: str | None, played_ms: float) -> None:
         ctx = self.contexts.get(cid)
         if ctx is None:
             return
         now = time.monotonic()
-        ctx.flow.on_played(played_ms)
         # read under every flow-control mode since protocol 1.1: the
         # segmentation policy plans with the listener's buffer
         ctx.listener.on_played(played_ms, now)
         # an underrun the server caused: the listener has played everything
         # sent while the server still had text of this context to speak
         # (waiting for more text from the client is starvation, not counted)
-        starved = played_ms >= ctx.flow.sent_ms and self._stream_for(ctx).has_work_for(ctx)
+        starved = played_ms >= ctx.listener.sent_ms and self._stream_for(ctx).has_work_for(ctx)
         if starved and not ctx.underrun:
             self.metrics.underruns.inc()
         ctx.underrun = starved
 
     # ------------------------------------------------------------------
-    # what the audio streams report (``speaker.StreamHost``)
+    # what the audio streams report (``audio_stream.StreamHost``)
     # ------------------------------------------------------------------
-    def segment_ended(self, ctx: Context) -> list[protocol.ServerMessage]:
+    def segment_started(self, item: QueuedSegment) -> list[protocol.ServerMessage]:
+        """``audio.start``: the segment's audio begins where the utterance is now."""
+        ctx, utt, segment = item.context, item.utterance, item.segment
+        utt.start_segment(segment)
+        config = utt.config
+        messages: list[protocol.ServerMessage] = []
+        if segment.refused is not None:  # malformed SSML: reported, not spoken
+            problem = segment.refused
+            messages.append(
+                protocol.Error(
+                    code=ErrorCode.INVALID_SSML,
+                    message=f"sentence {segment.index} is not spoken: {problem.message}"
+                    f" (at character {problem.position} of the utterance's text)",
+                    context_id=ctx.id,
+                    action="sentence_skipped",
+                )
+            )
+        return [
+            *messages,
+            protocol.AudioStart(
+                context_id=ctx.id,
+                utterance_index=utt.index,
+                sentence_index=segment.index,
+                sentence_text=segment.text,
+                format=config.response_format,
+                encoding=config.encoding,
+                sample_rate=config.sample_rate,
+                context_number=ctx.number,
+                engine_text=segment.engine_text if config.debug_engine_text else None,
+            ),
+        ]
+
+    def words_timed(
+        self, item: QueuedSegment, words: tuple[WordTiming, ...]
+    ) -> list[protocol.ServerMessage]:
+        """Keep the timings (cancel reports split the text with them);
+        ``alignment`` in utterance time if the client asked for timestamps."""
+        utt, segment = item.utterance, item.segment
+        mapped = segment.set_words(words)
+        if not utt.config.timestamps:
+            return []
+        return [
+            protocol.Alignment(
+                context_id=item.context.id,
+                utterance_index=utt.index,
+                sentence_index=segment.index,
+                # on the client's words, with their offsets in its text
+                words=[
+                    protocol.WordTimestamp(
+                        word=w.text,
+                        start_ms=round(segment.start_ms + w.start_ms, 1),
+                        end_ms=round(segment.start_ms + w.end_ms, 1),
+                        char_start=segment.source_start + w.char_start,
+                        char_end=segment.source_start + w.char_end,
+                    )
+                    for w in mapped
+                ],
+            )
+        ]
+
+    async def admit(self, item: QueuedSegment, frame_ms: float) -> bool:
+        """The context's listener admits the frame (and counts it), or the
+        utterance was cancelled or the connection lost meanwhile."""
+        utt, out = item.utterance, self._stream_env.out
+        return await item.context.listener.admit(frame_ms, lambda: utt.cancelled or out.gone)
+
+    def frame_sent(self, item: QueuedSegment, samples: int) -> None:
+        utt = item.utterance
+        if utt.config.framing == "tagged":
+            item.context.sequence += 1
+        first_audio_s = utt.count_sent(samples, time.monotonic())
+        if first_audio_s is not None:
+            self.metrics.time_to_first_audio.observe(first_audio_s)
+
+    def job_ended(self, item: QueuedSegment, stats: SegmentStats) -> None:
+        item.utterance.account(stats)
+        metrics = self.metrics
+        metrics.sentences.inc()
+        if stats.extra.get("acoustic_ms"):
+            metrics.acoustic_seconds.observe(stats.extra["acoustic_ms"] / 1000)
+        if stats.first_chunk_ms:
+            metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
+
+    def segment_finished(
+        self, item: QueuedSegment, sent_bytes: int, samples: int, failure: GatewayError | None
+    ) -> list[protocol.ServerMessage]:
+        """``audio.done`` (``error: true`` after the ``error`` of a failed
+        segment, whose code the stream chose: the engine's, or ``internal``)."""
+        ctx, utt, segment = item.context, item.utterance, item.segment
+        utt.finish_segment(segment, samples)
+        messages: list[protocol.ServerMessage] = []
+        if failure is not None:
+            messages.append(
+                protocol.Error(
+                    code=failure.code,
+                    message=failure.message,
+                    context_id=ctx.id,
+                    partial_audio=sent_bytes > 0,
+                    action="sentence_skipped",
+                )
+            )
+        messages.append(utt.audio_done(ctx.id, segment, sent_bytes, error=failure is not None))
+        return messages
+
+    def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
         """``session.done`` for each finished utterance of ``ctx``, in order."""
         stream = self._stream_for(ctx)
         messages: list[protocol.ServerMessage] = []
@@ -577,7 +676,7 @@ class Session:
         return messages
 
     def cancelled_audio_ended(
-        self, ctx: Context, open_sentence: Sentence | None, sent_bytes: int, *, delivered: bool
+        self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
     ) -> list[protocol.ServerMessage]:
         """The reports that waited for the last frame of cancelled audio."""
         reports, ctx.awaiting_report = ctx.awaiting_report, []
@@ -587,7 +686,7 @@ class Session:
             for utt in reports:
                 self._release_slot(utt)
             return []
-        return self._report_cancel(ctx, reports, open_sentence, sent_bytes)
+        return self._report_cancel(ctx, reports, open_segment, sent_bytes)
 
     # ------------------------------------------------------------------
     # cancel, drain, close
@@ -625,15 +724,11 @@ class Session:
             ctx.utterance.unsent_text = ctx.policy.discard().strip()
             ctx.utterance = None
         ctx.pending = [u for u in ctx.pending if u not in utterances]
-        ctx.flow.interrupt()
+        ctx.listener.interrupt()
         ctx.cancel_segment_timer()
-        stream = self._stream_for(ctx)
-        stream.drop_utterances(utterances)
-        current = stream.current
-        if current is not None and current.utterance in utterances:
-            assert current.job is not None
+        if self._stream_for(ctx).cancel(utterances):
+            # one of them is being spoken: the stream reports after its last frame
             ctx.awaiting_report.extend(utterances)
-            current.job.cancel()
             return []
         return list(self._report_cancel(ctx, utterances, None, 0))
 
@@ -641,14 +736,14 @@ class Session:
         self,
         ctx: Context,
         utterances: list[Utterance],
-        open_sentence: Sentence | None,
+        open_segment: Segment | None,
         sent_bytes: int,
     ) -> list[protocol.ServerMessage]:
-        position, source = ctx.flow.position(time.monotonic())
+        position, source = ctx.listener.position(time.monotonic())
         for utt in utterances:
             self.metrics.cancels.inc()
             self._release_slot(utt)
-        return cancel_report(ctx.id, utterances, position, source, open_sentence, sent_bytes)
+        return cancel_report(ctx.id, utterances, position, source, open_segment, sent_bytes)
 
     def begin_close(self) -> list[Action] | None:
         """Start closing: the cancel reports of everything in progress, or
@@ -671,7 +766,7 @@ class Session:
         for ctx in self.contexts:
             for utt in ctx.open_utterances():
                 utt.cancelled = True
-            ctx.flow.interrupt()
+            ctx.listener.interrupt()
         for stream in self.streams():
             stream.cancel_jobs()
 

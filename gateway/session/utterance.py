@@ -4,6 +4,10 @@ An utterance is the text of one context between its first ``input.text`` and
 its ``input.done`` (or cancel).  This module answers the question a barge-in
 needs: given the listener's position, which text was heard and which was
 not, so that every accepted character is accounted for.
+
+The session core is the only writer of these records: it applies what the
+audio stream reports (a segment started, frames sent, a job's figures, a
+segment finished) through the methods here.  The stream only reads them.
 """
 
 from __future__ import annotations
@@ -14,16 +18,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway import protocol
-from gateway.engines.base import EngineStream, WordTiming
+from gateway.engines.base import SegmentStats, WordTiming
 from gateway.protocol import EffectiveConfig
 from gateway.text.frontend import FrontEnd, FrontEndError, Span, SpokenSegment
 from gateway.text.stage import SourceWord, empty_spoken, source_words
 
 
 @dataclass(eq=False)
-class Sentence:
-    """A segment handed to the engine, with where its audio sits in the
-    utterance (ms from the utterance's first sample).  ``text`` is the
+class Segment:
+    """A piece of the utterance's text committed to the engine (a sentence,
+    or a clause or phrase the segmentation policy cut early; the protocol
+    calls it a sentence: ``sentence_index``), with where its audio sits in
+    the utterance (ms from the utterance's first sample).  ``text`` is the
     client's text; ``spoken`` what the engine reads (the front-end's form)."""
 
     index: int
@@ -44,7 +50,7 @@ class Sentence:
 
     @property
     def engine_text(self) -> str:
-        """What the engine reads for this sentence ("" : nothing)."""
+        """What the engine reads for this segment ("": nothing)."""
         return self.text if self.spoken is None else self.spoken.text
 
     def set_words(self, words: tuple[WordTiming, ...]) -> tuple[SourceWord, ...]:
@@ -66,26 +72,23 @@ class Utterance:
     #: engine options in force when it started (voice-clone fields)
     options: Mapping[str, object] = field(default_factory=dict)
     accepted_chars: int = 0
-    sentences: list[Sentence] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
     done_received: bool = False  #: ``input.done`` arrived
-    #: the engine's stream for this utterance, opened by the speaker at its
-    #: first segment
-    engine_stream: EngineStream | None = None
     cancelled: bool = False
     #: the text front-end of this utterance (None: the engine reads the
     #: client's text as it is)
     frontend: FrontEnd | None = None
     #: every ``input.text`` of the utterance, joined (the client's text)
     source_text: str = ""
-    #: the front-end refused a sentence (malformed SSML): the utterance's
+    #: the front-end refused a segment (malformed SSML): the utterance's
     #: later text is reported but not spoken (its markup state is unknown)
     frontend_failed: bool = False
     #: markup left open at the end of the text (``finish_reading``)
     unclosed: FrontEndError | None = None
-    #: the front-end's reading of the committed sentences, in order (a
-    #: chain of worker-thread calls, ``AudioStream``); None: nothing pending
+    #: the front-end's reading of the committed segments, in order (a chain
+    #: of worker-thread calls, ``AudioStream``); None: nothing pending
     reading: asyncio.Future[None] | None = None
-    _located: int = 0  #: end of the last sentence found in ``source_text``
+    _located: int = 0  #: end of the last segment found in ``source_text``
     _frontend_chars: int = 0  #: characters handed to the front-end so far
     #: holds a ``max_active_streams`` slot: it has committed text being
     #: synthesized or queued (``Session._take_slot``)
@@ -111,13 +114,13 @@ class Utterance:
             audio_ms=round(self.sent_ms, 3),
             compute_ms=round(self.compute_ms, 3),
             compute_rtf=round(self.compute_ms / self.sent_ms, 4) if self.sent_ms else 0.0,
-            sentences=len(self.sentences),
+            sentences=len(self.segments),
         )
 
     def audio_done(
         self,
         context_id: str | None,
-        sentence: Sentence,
+        segment: Segment,
         total_bytes: int,
         *,
         error: bool = False,
@@ -126,9 +129,9 @@ class Utterance:
         return protocol.AudioDone(
             context_id=context_id,
             utterance_index=self.index,
-            sentence_index=sentence.index,
+            sentence_index=segment.index,
             total_bytes=total_bytes,
-            audio_ms=round(sentence.audio_ms, 3),
+            audio_ms=round(segment.audio_ms, 3),
             error=error,
             cancelled=cancelled,
         )
@@ -137,40 +140,41 @@ class Utterance:
         return protocol.SessionDone(
             context_id=context_id,
             utterance_index=self.index,
-            total_sentences=len(self.sentences),
+            total_sentences=len(self.segments),
             cancelled=cancelled,
             metrics=self.metrics(),
         )
 
-    def add_sentence(self, text: str) -> Sentence:
-        """A committed segment becomes the utterance's next sentence, located
-        in the client's text.  Its spoken form comes from ``read`` (off the
-        event loop: ``AudioStream`` runs it in a worker thread, in order)."""
+    def add_segment(self, text: str) -> Segment:
+        """A committed piece of text becomes the utterance's next segment,
+        located in the client's text.  Its spoken form comes from ``read``
+        (off the event loop: ``AudioStream`` runs it in a worker thread, in
+        order)."""
         found = self.source_text.find(text, self._located) if text else -1
         start = self._located if found < 0 else found
         self._located = start + len(text)
-        sentence = Sentence(index=len(self.sentences), text=text, source_start=start)
-        self.sentences.append(sentence)
-        return sentence
+        segment = Segment(index=len(self.segments), text=text, source_start=start)
+        self.segments.append(segment)
+        return segment
 
-    def read(self, sentence: Sentence) -> None:
-        """The front-end's spoken form of ``sentence`` (sentences are read in
-        order, one at a time).  Malformed markup refuses the sentence, and the
-        utterance's later text is reported but not spoken (its markup state
-        is unknown)."""
+    # --- the text front-end (called in a worker thread, one call at a time) --------
+    def read(self, segment: Segment) -> None:
+        """The front-end's spoken form of ``segment`` (segments are read in
+        order).  Malformed markup refuses the segment, and the utterance's
+        later text is reported but not spoken (its markup state is unknown)."""
         if self.frontend is None:
             return
         if self.frontend_failed:
-            sentence.spoken = empty_spoken(sentence.text)
+            segment.spoken = empty_spoken(segment.text)
             return
         before = self._frontend_chars
-        self._frontend_chars += len(sentence.text)
+        self._frontend_chars += len(segment.text)
         try:
-            sentence.spoken = self.frontend.process(sentence.text)
+            segment.spoken = self.frontend.process(segment.text)
         except FrontEndError as exc:
-            local = min(len(sentence.text), max(0, exc.position - before))
-            sentence.refused = FrontEndError(exc.message, sentence.source_start + local)
-            sentence.spoken = empty_spoken(sentence.text)
+            local = min(len(segment.text), max(0, exc.position - before))
+            segment.refused = FrontEndError(exc.message, segment.source_start + local)
+            segment.spoken = empty_spoken(segment.text)
             self.frontend_failed = True
 
     def finish_reading(self) -> None:
@@ -183,48 +187,77 @@ class Utterance:
         except FrontEndError as exc:
             self.unclosed = FrontEndError(exc.message, len(self.source_text))
 
+    # --- what the audio stream reported (applied by the session core) --------------
+    def start_segment(self, segment: Segment) -> None:
+        """``segment``'s ``audio.start`` goes out: its audio begins here."""
+        segment.started = True
+        segment.start_ms = self.sent_ms
+
+    def count_sent(self, samples: int, now: float) -> float | None:
+        """``samples`` of audio at the output rate went out at ``now``; the
+        time to first audio (seconds from ``ready_at``) if these were the
+        utterance's first samples."""
+        if not samples:
+            return None
+        self.sent_ms += samples * 1000 / self.config.sample_rate
+        if self.first_audio_at is not None:
+            return None
+        self.first_audio_at = now
+        return None if self.ready_at is None else now - self.ready_at
+
+    def account(self, stats: SegmentStats) -> None:
+        """A segment's engine job ended: its compute and queue time."""
+        self.compute_ms += stats.compute_ms
+        if self.queue_ms is None:
+            self.queue_ms = stats.queue_ms
+
+    def finish_segment(self, segment: Segment, samples: int) -> None:
+        """``segment``'s ``audio.done`` goes out, after ``samples`` of audio."""
+        segment.audio_ms = samples * 1000 / self.config.sample_rate
+        segment.finished = True
+
     def heard_split(self, position_ms: float, buffered: str) -> tuple[str, str]:
         """Split the utterance's text into (spoken, unspoken) at a position.
 
         With word timings a word counts as spoken if it started before the
-        position; without, a sentence counts only if all of it was before the
+        position; without, a segment counts only if all of it was before the
         position.  Text still in the segmenter (``buffered``) is unspoken.
         """
         spoken: list[str] = []
         unspoken: list[str] = []
-        for sentence in self.sentences:
-            if not sentence.started:
-                unspoken.append(sentence.text)
+        for segment in self.segments:
+            if not segment.started:
+                unspoken.append(segment.text)
                 continue
-            if sentence.words:
-                heard, rest = _split_words(sentence, position_ms)
+            if segment.words:
+                heard, rest = _split_words(segment, position_ms)
                 if heard:
                     spoken.append(heard)
                 if rest:
                     unspoken.append(rest)
-            elif sentence.finished and sentence.start_ms + sentence.audio_ms <= position_ms:
-                spoken.append(sentence.text)
+            elif segment.finished and segment.start_ms + segment.audio_ms <= position_ms:
+                spoken.append(segment.text)
             else:
-                unspoken.append(sentence.text)
+                unspoken.append(segment.text)
         if buffered.strip():
             unspoken.append(buffered.strip())
         return " ".join(spoken), " ".join(unspoken)
 
 
-def _split_words(sentence: Sentence, position_ms: float) -> tuple[str, str]:
-    """Cut a sentence's text after the last word that started before the
+def _split_words(segment: Segment, position_ms: float) -> tuple[str, str]:
+    """Cut a segment's text after the last word that started before the
     position, keeping the original characters (punctuation included).
 
     The engine's words are found in the text verbatim, in order.  When they
     are not (an engine that normalises ``42`` to ``forty two``), the text's
     whitespace tokens stand in for them, matched by count (proportionally if
     the counts differ)."""
-    words = sentence.words
+    words = segment.words
     assert words is not None
-    text = sentence.text
-    if sentence.source_words:  # the front-end's offset map
+    text = segment.text
+    if segment.source_words:  # the front-end's offset map
         heard_words = [
-            w for w in sentence.source_words if sentence.start_ms + w.start_ms < position_ms
+            w for w in segment.source_words if segment.start_ms + w.start_ms < position_ms
         ]
         if not heard_words:
             return "", text.strip()
@@ -234,7 +267,7 @@ def _split_words(sentence: Sentence, position_ms: float) -> tuple[str, str]:
         return text[:cut].strip(), text[cut:].strip()
     heard = 0
     for word in words:
-        if sentence.start_ms + word.start_ms >= position_ms:
+        if segment.start_ms + word.start_ms >= position_ms:
             break
         heard += 1
     if heard == 0:

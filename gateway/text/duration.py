@@ -1,17 +1,21 @@
-"""The one estimate of how long a text takes to speak, before an engine knows.
+"""How long a text will take to speak, before the engine knows: one estimate.
 
-Everything that plans with text length (the segmentation policy's listener
-buffer, the audio stream's deadlines) asks this module, with the text the
-engine will read (the front-end's spoken form, ``gateway.text.frontend``),
-so URLs and Markdown the listener never hears do not count.  Pure.
+The session core (how much committed audio lies ahead of the listener), the
+audio stream (the engine deadline of a prefetched segment) and the
+segmentation policy (when the listener runs dry) all plan with audio that
+has not been synthesized yet.  They use this one function, so that the
+three agree and a better estimate (counting spoken characters, for example)
+changes them together.  Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-#: speech length per character of text (English at speed 1 is about 0.06 s)
-SECONDS_PER_CHAR = 0.06
+from typing import Final
+
+#: seconds of speech per character of text: English at speed 1 is about 0.06 s
+SECONDS_PER_CHAR: Final = 0.06
 
 
-def estimate_seconds(text: str, speed: float) -> float:
-    """Seconds of speech ``text`` is expected to give at ``speed``."""
+def estimate_seconds(text: str, speed: float = 1.0) -> float:
+    """Estimated seconds of audio ``text`` makes at ``speed`` (1 = normal)."""
     return len(text) * SECONDS_PER_CHAR / speed

@@ -50,6 +50,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from gateway.text.duration import estimate_seconds
 from gateway.text.segmenter import Candidate, Segmenter, end_kind
 
 __all__ = [
@@ -96,8 +97,8 @@ class PolicyConfig:
     min_words: int = 4
     #: a word cut of the first segment waits this long after the first text
     burst_s: float = 0.15
-    #: estimated speech per character of text (English at speed 1)
-    seconds_per_char: float = 0.06
+    #: the session's speech rate (1 = normal), for ``text.duration.estimate_seconds``
+    speed: float = 1.0
     #: longest wait between two checks while a candidate is pending
     recheck_s: float = 0.1
 
@@ -108,8 +109,8 @@ class PolicyConfig:
             raise ValueError("tiers must satisfy 0 <= margin <= phrase slack <= clause slack")
         if self.lead_s < 0 or self.burst_s < 0:
             raise ValueError("lead_s and burst_s must be >= 0")
-        if self.seconds_per_char <= 0 or self.recheck_s <= 0:
-            raise ValueError("seconds_per_char and recheck_s must be > 0")
+        if self.speed <= 0 or self.recheck_s <= 0:
+            raise ValueError("speed and recheck_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ class SegmentPolicy:
 
     # --- internals ---------------------------------------------------------
     def _estimate_s(self, text: str) -> float:
-        return len(text) * self.config.seconds_per_char
+        return estimate_seconds(text, self.config.speed)
 
     def _tier(self, candidate: Candidate) -> float:
         """The slack at or below which ``candidate`` is cut."""

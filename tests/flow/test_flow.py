@@ -1,4 +1,5 @@
-"""Application-level flow control: the pure window and the real server."""
+"""Application-level flow control on the real server (the pure listener model:
+tests/flow/test_listener.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import time
 import httpx
 import pytest
 
-from gateway.flow.window import ListenerWindow
 from tests.conftest import RunningServer
 from tests.helpers import Transcript, open_ws, recv_until, send
 
@@ -19,47 +19,6 @@ PARAGRAPH = (
     "Every night its lamp turned slowly over the dark water. "
     "Sailors far away counted the flashes and knew where the rocks were."
 )
-
-
-def test_ack_window_bounds_the_lead() -> None:
-    window = ListenerWindow("ack", 100)
-    sent = 0
-    while window.fits(20, 0.0):
-        window.on_sent(20, 0.0)
-        sent += 20
-    assert sent == 100
-    window.on_played(40)
-    assert window.fits(20, 0.0)
-    window.on_played(10)  # backwards reports are ignored
-    assert window.played_ms == 40
-    assert window.position(0.0) == (40, "played_ms")
-
-
-def test_one_frame_may_exceed_an_empty_window() -> None:
-    window = ListenerWindow("ack", 100)
-    assert window.fits(500, 0.0)  # nothing outstanding: never deadlock
-
-
-def test_realtime_estimate_is_a_leaky_bucket() -> None:
-    window = ListenerWindow("realtime", 200)
-    for _ in range(10):
-        window.on_sent(20, 10.0)  # 200 ms sent at t=10 s
-    assert window.estimate(10.0) == 0
-    assert window.estimate(10.1) == pytest.approx(100)  # played with the wall clock
-    assert window.estimate(11.0) == 200  # never beyond what was sent
-    # after a gap (underrun) the clock restarts with the next frame
-    window.on_sent(20, 20.0)
-    assert window.estimate(20.0) == 200
-    assert window.estimate(20.01) == pytest.approx(210)
-    assert window.position(20.0)[1] == "estimate"
-
-
-def test_none_counts_everything_sent() -> None:
-    window = ListenerWindow("none", 100)
-    for _ in range(50):
-        assert window.fits(20, 0.0)
-        window.on_sent(20, 0.0)
-    assert window.position(0.0) == (1000, "sent_ms")
 
 
 def _underruns(server: RunningServer) -> float:

@@ -17,17 +17,19 @@ from typing import Any
 import pytest
 
 from gateway import protocol
-from gateway.engines.base import WordTiming
+from gateway.engines.base import SegmentStats, WordTiming
 from gateway.engines.synthetic import SyntheticEngine
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import Admission
 from gateway.ops.metrics import Metrics
+from gateway.session.audio_stream import QueuedSegment
 from gateway.session.cancel_report import cancel_report, heard_position
 from gateway.session.core import AnswerVoiceRequest, Close, Session, State
 from gateway.session.utterance import Utterance
 from gateway.session.voice_requests import VoiceDesk
 from gateway.voices.store import VoiceStore
 from tests.conftest import test_settings as make_settings
+from tests.session.faulty_engine import FaultyEngine
 
 CONFIG = protocol.SessionConfig(voice="tone", stream_audio=True, response_format="pcm")
 
@@ -56,9 +58,9 @@ class RecordingSender:
 
 
 class Harness:
-    def __init__(self, **overrides: Any) -> None:
+    def __init__(self, engine: type[SyntheticEngine] = SyntheticEngine, **overrides: Any) -> None:
         self.settings = make_settings(engine="synthetic", **overrides)
-        self.engine = SyntheticEngine(self.settings)
+        self.engine = engine(self.settings)
         self.admission = Admission(
             self.settings.max_active_streams,
             Metrics().streams_active,
@@ -307,7 +309,7 @@ def _utterance(*sentences: tuple[str, float, float, bool]) -> Utterance:
     spread evenly over the audio."""
     utt = Utterance(index=3, config=protocol.EffectiveConfig(**_DEFAULTS))
     for text, start, length, finished in sentences:
-        s = utt.add_sentence(text)
+        s = utt.add_segment(text)
         s.started, s.finished, s.start_ms, s.audio_ms = True, finished, start, length
         words = text.split()
         span = length / len(words)
@@ -365,7 +367,7 @@ def test_cancel_report_closes_the_open_sentence_of_its_utterance() -> None:
     first = _utterance(("One two.", 0, 200, True))
     second = _utterance(("Three four.", 0, 120, False))
     second.unsent_text = "five six"
-    open_sentence = second.sentences[0]
+    open_sentence = second.segments[0]
     messages = cancel_report(None, [first, second], 50.0, "estimate", open_sentence, 999)
     kinds = [type(m) for m in messages]
     assert kinds == [
@@ -482,7 +484,108 @@ def test_heard_split_falls_back_to_whitespace_tokens(
     text: str, words: list[str], position: float, spoken: str, unspoken: str
 ) -> None:
     utt = Utterance(index=0, config=protocol.EffectiveConfig(**_DEFAULTS))
-    sentence = utt.add_sentence(text)
+    sentence = utt.add_segment(text)
     sentence.started = True
     sentence.words = tuple(WordTiming(w, i * 100.0, (i + 1) * 100.0) for i, w in enumerate(words))
     assert utt.heard_split(position, "") == (spoken, unspoken)
+
+
+# --- what the audio stream reports ---------------------------------------------------
+
+
+def _reported(h: Harness, text: str = "One two.") -> QueuedSegment:
+    """A segment of an open utterance, as the core would hand it to a stream."""
+    h.handle(protocol.InputText(text="not yet", context_id="c"))  # opens the utterance
+    ctx = h.session.contexts.get("c")
+    assert ctx is not None and ctx.utterance is not None
+    return QueuedSegment(ctx, ctx.utterance, ctx.utterance.add_segment(text))
+
+
+async def test_the_core_applies_what_the_stream_reports(h: Harness) -> None:
+    h.handle(protocol.SessionConfig(**{**_STREAMED, "framing": "tagged", "timestamps": True}))
+    first = _reported(h)
+    utt, ctx = first.utterance, first.context
+    (start,) = h.session.segment_started(first)
+    assert isinstance(start, protocol.AudioStart)
+    assert (start.context_id, start.sentence_index, start.sentence_text) == ("c", 0, "One two.")
+    assert start.context_number == ctx.number and start.sample_rate == 22050
+    assert first.segment.started and first.segment.start_ms == 0
+    for _ in range(10):  # 10 frames of 20 ms at 22050 Hz
+        h.session.frame_sent(first, 441)
+    assert utt.sent_ms == pytest.approx(200) and ctx.sequence == 10
+    assert utt.first_audio_at is not None
+    h.session.job_ended(first, SegmentStats(queue_ms=5.0, compute_ms=30.0))
+    (done,) = h.session.segment_finished(first, 8820, 4410, None)
+    assert isinstance(done, protocol.AudioDone) and not done.error
+    assert first.segment.finished and first.segment.audio_ms == pytest.approx(200)
+    # the next segment starts where the utterance is: alignment in utterance time
+    second = QueuedSegment(ctx, utt, utt.add_segment("Three."))
+    h.session.segment_started(second)
+    assert second.segment.start_ms == pytest.approx(200)
+    (alignment,) = h.session.words_timed(second, (WordTiming("Three", 0.0, 150.0),))
+    assert isinstance(alignment, protocol.Alignment) and alignment.sentence_index == 1
+    assert (alignment.words[0].start_ms, alignment.words[0].end_ms) == (200.0, 350.0)
+    assert second.segment.words == (WordTiming("Three", 0.0, 150.0),)
+    h.session.job_ended(second, SegmentStats(queue_ms=9.0, compute_ms=20.0))
+    assert (utt.queue_ms, utt.compute_ms) == (5.0, 50.0)  # the first queue time, all compute
+
+
+_STREAMED: dict[str, Any] = {"voice": "tone", "stream_audio": True, "response_format": "pcm"}
+
+
+async def test_raw_frames_move_no_sequence_and_alignment_waits_for_timestamps(h: Harness) -> None:
+    h.handle(protocol.SessionConfig(**_STREAMED))
+    item = _reported(h)
+    h.session.segment_started(item)
+    h.session.frame_sent(item, 0)  # a WAV header: no audio
+    assert item.utterance.first_audio_at is None
+    h.session.frame_sent(item, 441)
+    assert item.context.sequence == 0 and item.utterance.sent_ms == pytest.approx(20)
+    assert h.session.words_timed(item, (WordTiming("One", 0.0, 10.0),)) == []
+    assert item.segment.words is not None  # kept for the cancel report all the same
+
+
+@pytest.mark.parametrize(
+    ("failure", "sent_bytes", "partial"),
+    [
+        (GatewayError(ErrorCode.ENGINE_REFUSED, "the engine refused sentence 0: no"), 0, False),
+        (GatewayError(ErrorCode.INTERNAL, "synthesis of sentence 0 failed: boom"), 882, True),
+    ],
+)
+async def test_a_failed_segment_is_an_error_beside_its_audio_done(
+    h: Harness, failure: GatewayError, sent_bytes: int, partial: bool
+) -> None:
+    h.handle(protocol.SessionConfig(**_STREAMED))
+    item = _reported(h)
+    h.session.segment_started(item)
+    error, done = h.session.segment_finished(item, sent_bytes, sent_bytes // 2, failure)
+    assert isinstance(error, protocol.Error) and isinstance(done, protocol.AudioDone)
+    assert (error.code, error.message, error.context_id) == (failure.code, failure.message, "c")
+    assert error.action == "sentence_skipped" and error.partial_audio is partial
+    assert not error.fatal and done.error and done.total_bytes == sent_bytes
+
+
+async def test_an_engine_refusal_reaches_the_client_with_the_engine_code() -> None:
+    h = Harness(engine=FaultyEngine)
+    try:
+        h.handle(CONFIG)
+        h.handle(protocol.InputText(text="Please refuse this. Then speak this."))
+        h.handle(protocol.InputDone())
+        await h.out.wait_for(protocol.SessionDone)
+        kinds = [type(e).__name__ for e in h.out.events]
+        assert kinds == [
+            "AudioStart",
+            "Error",
+            "AudioDone",
+            "AudioStart",
+            "AudioDone",
+            "SessionDone",
+        ]
+        error = h.out.events[1]
+        assert isinstance(error, protocol.Error) and error.code == ErrorCode.ENGINE_REFUSED
+        assert "the reference audio cannot be read" in error.message
+        assert h.out.events[2].error is True  # type: ignore[union-attr]
+        done = h.out.events[-1]
+        assert isinstance(done, protocol.SessionDone) and done.total_sentences == 2
+    finally:
+        await h.session.shutdown()

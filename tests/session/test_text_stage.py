@@ -126,7 +126,7 @@ async def test_engine_text_only_when_asked(h: Harness) -> None:
 def test_sentences_are_located_in_the_client_text() -> None:
     utt = Utterance(index=0, config=protocol.EffectiveConfig(**_effective()))
     utt.source_text = "  One two.   Three four.  One two."
-    offsets = [utt.add_sentence(t).source_start for t in ("One two.", "Three four.", "One two.")]
+    offsets = [utt.add_segment(t).source_start for t in ("One two.", "Three four.", "One two.")]
     assert offsets == [2, 13, 26]
 
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.bench.measure import tokenize
-from gateway.flow.listener import ListenerBuffer
+from gateway.text.duration import estimate_seconds
 from gateway.text.policy import SUB_CLAUSE_KINDS, Cut, PolicyConfig, SegmentPolicy
 from gateway.text.segmenter import Segmenter
 
@@ -40,7 +40,7 @@ class Listener:
     def commit(self, t: float, cuts: list[Cut]) -> None:
         for cut in cuts:
             end = max(t + self.ahead(t), t + self.config.lead_s)
-            self.dry_at = end + len(cut.text) * self.config.seconds_per_char
+            self.dry_at = end + estimate_seconds(cut.text, self.config.speed)
             self.commits.append((t, cut))
 
 
@@ -146,7 +146,7 @@ def _ends(listener: Listener) -> list[float]:
     end = None
     for t, cut in listener.commits:
         start = max(t + CONFIG.lead_s, end if end is not None else t)
-        end = start + len(cut.text) * CONFIG.seconds_per_char
+        end = start + estimate_seconds(cut.text, CONFIG.speed)
         ends.append(end)
     return ends
 
@@ -260,7 +260,7 @@ def test_counts_by_kind() -> None:
 def test_next_check_is_when_the_tier_is_reached() -> None:
     policy = SegmentPolicy(Segmenter("auto"), PolicyConfig(recheck_s=10.0))
     assert texts(policy.push("Okay. One two three four five six seven", 0.0, 5.0)) == ["Okay."]
-    ahead = 5.0 + len("Okay.") * CONFIG.seconds_per_char  # what the caller sees now
+    ahead = 5.0 + estimate_seconds("Okay.", CONFIG.speed)  # what the caller sees now
     at = policy.next_check(0.0, ahead)
     assert at == pytest.approx(ahead - CONFIG.lead_s - CONFIG.margin_s)
     assert policy.poll(at - 0.01, ahead - (at - 0.01)) == []
@@ -359,53 +359,3 @@ def test_same_segments_for_any_chunking_and_extra_polls(
     polls = tuple(data.draw(st.lists(st.floats(0.0, end + 1.0), max_size=5)))
     again, _ = simulate(split, base_s=base, extra_polls=polls, end_at=end)
     assert texts(again) == texts(reference)
-
-
-# --- the listener buffer estimate -----------------------------------------------------------
-
-
-def test_send_clock_plays_from_the_first_frame_and_restarts_after_a_gap() -> None:
-    lb = ListenerBuffer()
-    assert lb.ahead_s(0.0) == 0.0
-    lb.on_sent(100, 10.0)
-    lb.on_sent(100, 10.0)
-    assert lb.ahead_s(10.05) == pytest.approx(0.15)
-    assert lb.ahead_s(11.0) == 0.0  # ran dry at 10.2
-    lb.on_sent(100, 12.0)  # playback resumes when the frame arrives
-    assert lb.ahead_s(12.0) == pytest.approx(0.1)
-    assert not lb.reported
-
-
-def test_send_clock_starts_again_with_each_utterance() -> None:
-    """Audio sent fast for one utterance is not counted as still playing when
-    the next one starts: without reports the server assumes a player that
-    starts each utterance afresh (the harness's), so it cuts early rather
-    than late."""
-    lb = ListenerBuffer()
-    lb.on_sent(9000, 0.0)  # a whole reply sent at once
-    assert lb.ahead_s(3.0) == pytest.approx(6.0)
-    lb.new_utterance()
-    assert lb.ahead_s(3.0) == 0.0
-    lb.on_sent(700, 3.1)
-    assert lb.ahead_s(3.1) == pytest.approx(0.7)
-
-
-def test_playback_reports_hold_across_utterances() -> None:
-    lb = ListenerBuffer()
-    lb.on_sent(9000, 0.0)
-    lb.on_played(1000, 1.0)
-    lb.new_utterance()
-    assert lb.ahead_s(3.0) == pytest.approx(6.0)  # 8 s unplayed at 1.0, 2 s later
-
-
-def test_playback_reports_take_over_from_the_send_clock() -> None:
-    lb = ListenerBuffer()
-    for _ in range(10):
-        lb.on_sent(100, 0.0)  # 1 s sent at once
-    lb.on_played(200, 0.5)  # the client started late: 800 ms unplayed at 0.5
-    assert lb.reported
-    assert lb.ahead_s(0.5) == pytest.approx(0.8)
-    assert lb.ahead_s(0.6) == pytest.approx(0.7)
-    lb.on_played(100, 0.7)  # an older position is ignored
-    assert lb.ahead_s(0.7) == pytest.approx(0.6)
-    assert lb.ahead_s(5.0) == 0.0

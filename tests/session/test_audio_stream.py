@@ -1,0 +1,296 @@
+"""The audio stream driven alone: a real engine (the synthetic one, and two
+small engines built on it that fail on purpose), a sender that records what
+it is given, and a host that records what the stream reports.  No server,
+no session core.
+
+The host applies nothing: it records each report and answers with a marker
+message, so these tests also show that the stream writes none of the
+context's, utterance's or segment's fields (the core owns them) and that
+it sends the core's answers in order with its audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+
+from gateway import protocol
+from gateway.audio.encoding import encode
+from gateway.audio.framing import FrameFlags, unpack_frame
+from gateway.audio.resample import StreamResampler
+from gateway.engines.base import (
+    SegmentStats,
+    WordTiming,
+)
+from gateway.engines.synthetic import ToneWork
+from gateway.errors import ErrorCode, GatewayError
+from gateway.flow.budget import DecodeBudget
+from gateway.flow.listener import Listener
+from gateway.session.audio_stream import AudioStream, QueuedSegment, StreamEnv
+from gateway.session.config import apply_config, default_config
+from gateway.session.contexts import Context
+from gateway.session.utterance import Segment, Utterance
+from gateway.text.policy import SegmentPolicy
+from gateway.text.segmenter import Segmenter
+from tests.conftest import test_settings as make_settings
+from tests.session.faulty_engine import FaultyEngine
+
+
+class RecordingSender:
+    def __init__(self) -> None:
+        self.gone = False
+        #: ("event", message) and ("audio", payload), in order
+        self.log: list[tuple[str, Any]] = []
+
+    async def event(self, message: protocol.ServerMessage) -> None:
+        self.log.append(("event", message))
+
+    async def audio(self, payload: bytes) -> None:
+        self.log.append(("audio", payload))
+
+    def payloads(self) -> list[bytes]:
+        return [p for kind, p in self.log if kind == "audio"]
+
+    def markers(self) -> list[str]:
+        return [
+            str(m.id) for kind, m in self.log if kind == "event" and isinstance(m, protocol.Pong)
+        ]
+
+
+def _marker(name: str) -> list[protocol.ServerMessage]:
+    return [protocol.Pong(id=name)]
+
+
+class RecordingHost:
+    """Records what the stream reports; its own listener admits frames."""
+
+    def __init__(self, listener: Listener | None = None) -> None:
+        self.reports: list[tuple[Any, ...]] = []
+        self.listener = listener or Listener()
+        self.dequeued = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    def segment_started(self, item: QueuedSegment) -> list[protocol.ServerMessage]:
+        self.reports.append(("started", item.segment.index))
+        return _marker(f"start {item.segment.index}")
+
+    def words_timed(
+        self, item: QueuedSegment, words: tuple[WordTiming, ...]
+    ) -> list[protocol.ServerMessage]:
+        self.reports.append(("words", item.segment.index, len(words)))
+        return _marker(f"words {item.segment.index}")
+
+    async def admit(self, item: QueuedSegment, frame_ms: float) -> bool:
+        return await self.listener.admit(frame_ms, lambda: item.utterance.cancelled)
+
+    def frame_sent(self, item: QueuedSegment, samples: int) -> None:
+        self.reports.append(("frame", item.segment.index, samples))
+
+    def job_ended(self, item: QueuedSegment, stats: SegmentStats) -> None:
+        self.reports.append(("job", item.segment.index))
+
+    def segment_finished(
+        self, item: QueuedSegment, sent_bytes: int, samples: int, failure: GatewayError | None
+    ) -> list[protocol.ServerMessage]:
+        self.reports.append(("finished", item.segment.index, sent_bytes, samples, failure))
+        return _marker(f"done {item.segment.index}")
+
+    def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
+        self.reports.append(("dequeued",))
+        self.dequeued.set()
+        return []
+
+    def cancelled_audio_ended(
+        self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
+    ) -> list[protocol.ServerMessage]:
+        if open_segment is not None:
+            self.reports.append(("cancel", open_segment.index, sent_bytes, delivered))
+            self.cancelled.set()
+        return []
+
+    def connection_lost(self) -> None:
+        self.reports.append(("lost",))
+
+    def kinds(self) -> list[str]:
+        return [r[0] for r in self.reports if r[0] != "frame"]
+
+    def finished(self) -> list[tuple[Any, ...]]:
+        return [r for r in self.reports if r[0] == "finished"]
+
+
+class Rig:
+    def __init__(self, host: RecordingHost | None = None, **config: Any) -> None:
+        settings = make_settings(engine="synthetic")
+        self.engine = FaultyEngine(settings)
+        voice = self.engine.voices()[0]
+        self.config = apply_config(
+            default_config(voice, self.engine.name),
+            msgspec.convert({"type": "session.config", **config}, protocol.SessionConfig),
+            self.engine.voices(),
+            self.engine.name,
+        )
+        self.out = RecordingSender()
+        self.host = host or RecordingHost()
+        env = StreamEnv(
+            engine=self.engine,
+            voice_rates={voice.name: voice.sample_rate},
+            budget=DecodeBudget(10.0),
+            out=self.out,
+            label="test",
+            log=logging.LoggerAdapter(logging.getLogger("tests.audio_stream"), {}),
+            host=self.host,
+        )
+        self.stream = AudioStream(env, "test")
+        self.context = Context(id="c", number=7, policy=SegmentPolicy(Segmenter("auto")))
+        self.utterance = Utterance(index=0, config=self.config)
+
+    async def __aenter__(self) -> Rig:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stream.stop()
+
+    def speak(self, *texts: str) -> None:
+        for text in texts:
+            segment = self.utterance.add_segment(text)
+            self.stream.enqueue(QueuedSegment(self.context, self.utterance, segment))
+
+    async def until_dequeued(self, count: int) -> None:
+        async with asyncio.timeout(10):
+            while sum(r[0] == "dequeued" for r in self.host.reports) < count:
+                self.host.dequeued.clear()
+                await self.host.dequeued.wait()
+
+
+def _rig(host: RecordingHost | None = None, **config: Any) -> Rig:
+    return Rig(host, **{"stream_audio": True, "response_format": "pcm", **config})
+
+
+def _tone(text: str) -> np.ndarray:
+    """The synthetic engine's audio for ``text``, computed offline."""
+    work = ToneWork(text, 1.0)
+    _, durations = work.prepare()
+    return np.concatenate([work.decode(i) for i in range(len(durations))])
+
+
+def _snapshot(*objects: Any) -> list[dict[str, Any]]:
+    """Each dataclass's fields (lists copied; other values by identity or value)."""
+    return [{f.name: _copied(getattr(o, f.name)) for f in dataclasses.fields(o)} for o in objects]
+
+
+def _copied(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+async def test_segments_are_reported_in_order_with_their_audio() -> None:
+    texts = ("One two three.", "Four five.")
+    async with _rig(timestamps=True) as rig:
+        rig.speak(*texts)  # the task starts at the first await
+        before = _snapshot(rig.context, rig.utterance, *rig.utterance.segments)
+        await rig.until_dequeued(2)
+    assert rig.host.kinds() == ["started", "words", "job", "finished", "dequeued"] * 2
+    # the core's answers go out in order with the audio
+    assert rig.out.markers() == ["start 0", "words 0", "done 0", "start 1", "words 1", "done 1"]
+    kinds = ["audio" if kind == "audio" else str(m.id) for kind, m in rig.out.log]
+    first = kinds[: kinds.index("done 0")]
+    assert first[:2] == ["start 0", "words 0"] and set(first[2:]) == {"audio"}
+    assert kinds.index("done 0") + 1 == kinds.index("start 1")
+    # each segment's figures are what it sent: s16 PCM at the native rate
+    for (_, index, sent_bytes, samples, failure), text in zip(
+        rig.host.finished(), texts, strict=True
+    ):
+        assert failure is None and index == texts.index(text)
+        assert samples == len(_tone(text)) and sent_bytes == 2 * samples
+    frames = [r for r in rig.host.reports if r[0] == "frame"]
+    assert sum(r[2] for r in frames) == sum(len(_tone(t)) for t in texts)
+    assert len(frames) == len(rig.out.payloads())  # one report per frame sent
+    # the stream wrote none of the core's fields
+    assert _snapshot(rig.context, rig.utterance, *rig.utterance.segments) == before
+    assert rig.context.listener.sent_ms == 0 and rig.utterance.sent_ms == 0
+
+
+async def test_resampled_segments_of_an_utterance_join_as_one_signal() -> None:
+    """Both segments are queued at once, so the resampler's state carries
+    from the first to the second: the audio equals the whole signal
+    resampled at once."""
+    texts = ("Hello there.", "How are you today?")
+    async with _rig(sample_rate=16000) as rig:
+        rig.speak(*texts)
+        await rig.until_dequeued(2)
+    offline = StreamResampler(22050, 16000)
+    signal = np.concatenate([_tone(t) for t in texts])
+    whole = np.concatenate([offline.process(signal), offline.flush()])
+    assert b"".join(rig.out.payloads()) == encode(whole, "pcm_s16le")
+
+
+async def test_an_engine_refusal_fails_its_segment_with_the_engine_code() -> None:
+    async with _rig() as rig:
+        rig.speak("Please refuse this.", "Then go on.")
+        await rig.until_dequeued(2)
+    (_, _, sent, samples, failure), (*_, after) = rig.host.finished()
+    assert isinstance(failure, GatewayError) and failure.code == ErrorCode.ENGINE_REFUSED
+    assert "the reference audio cannot be read" in failure.message
+    assert (sent, samples) == (0, 0)
+    assert after is None  # the stream goes on
+
+
+async def test_an_exception_that_is_not_a_synthesis_error_is_internal_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with _rig() as rig:
+        rig.speak("Give me stereo now.", "Then go on.")
+        with caplog.at_level(logging.ERROR, logger="tests.audio_stream"):
+            await rig.until_dequeued(2)
+    (*_, failure), (*_, after) = rig.host.finished()
+    assert isinstance(failure, GatewayError) and failure.code == ErrorCode.INTERNAL
+    assert "mono" not in failure.message and "ValueError" not in failure.message
+    assert after is None
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.exc_info is not None and "expected mono" in str(record.exc_info[1])
+
+
+async def test_a_cancel_drops_held_frames_and_reports_after_the_last_one_sent() -> None:
+    """A listener that never reports holds the frames after the first 100 ms;
+    the cancel drops them and the report counts only what went out."""
+    host = RecordingHost(Listener("ack", 100))
+    async with _rig(host) as rig:
+        rig.speak("A long sentence that takes a while to speak out loud.", "And another one.")
+        async with asyncio.timeout(10):
+            while host.listener.sent_ms < 100:
+                await asyncio.sleep(0.01)
+        sent_before = b"".join(rig.out.payloads())
+        rig.utterance.cancelled = True  # the core's write
+        assert rig.stream.cancel([rig.utterance])  # it was being spoken
+        host.listener.interrupt()
+        async with asyncio.timeout(10):
+            await host.cancelled.wait()
+        assert not rig.stream.queue  # the next segment was dropped
+    (cancel,) = [r for r in host.reports if r[0] == "cancel"]
+    assert cancel == ("cancel", 0, len(sent_before), True)
+    assert b"".join(rig.out.payloads()) == sent_before  # nothing after the cancel
+    assert not host.finished()
+
+
+async def test_tagged_frames_carry_the_cores_positions() -> None:
+    """The stream reads the header's positions from the core's records (a
+    host that moves nothing leaves them where they were) and flags the
+    segment's first and last frames itself."""
+    async with _rig(framing="tagged") as rig:
+        rig.context.sequence = 41
+        rig.utterance.sent_ms = 1000.0
+        rig.speak("Short one.")
+        await rig.until_dequeued(1)
+    headers = [unpack_frame(p)[0] for p in rig.out.payloads()]
+    assert len(headers) > 2
+    assert {(h.context, h.utterance_index, h.sequence) for h in headers} == {(7, 0, 41)}
+    assert {h.sample_offset for h in headers} == {22050}
+    assert [bool(h.flags & FrameFlags.FIRST) for h in headers] == [True] + [False] * (
+        len(headers) - 1
+    )
+    assert bool(headers[-1].flags & FrameFlags.LAST)
