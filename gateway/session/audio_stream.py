@@ -49,7 +49,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -104,7 +104,8 @@ class QueuedSegment:
     utterance: Utterance
     segment: Segment
     job: SynthesisJob | None = None
-    #: the front-end's reading of the segment (a worker thread); None: none
+    #: the front-end's reading of the segment (a worker thread, started by
+    #: the session core); submitted to the engine only once done
     read: asyncio.Future[None] | None = None
 
 
@@ -304,51 +305,15 @@ class AudioStream:
 
     # -- asked by the session core (reader side) ---------------------------
     def enqueue(self, item: QueuedSegment) -> None:
-        self._read(item)
         self.segments.append(item)
         self._wake.set()
         if self.task is None:
             self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
 
-    # -- the text front-end, off the event loop ----------------------------
-    # Reading a segment costs up to about 0.5 ms of CPU at p99 (0.7 ms
-    # measured here under load) and 7-9 ms for adversarial text within
-    # max_segment_chars (docs/text.md): it runs in a worker thread, one call
-    # at a time per utterance (its FrontEnd carries state), chained in commit
-    # order.  A segment is submitted to the engine only once read.
-    def _read(self, item: QueuedSegment) -> None:
-        utt = item.utterance
-        if utt.frontend is None:
-            return
-        item.read = utt.reading = asyncio.ensure_future(
-            self._read_after(utt.reading, utt.read, item.segment)
-        )
-        item.read.add_done_callback(lambda _: self.segments.prefetch())
-
-    @staticmethod
-    async def _read_after(
-        before: asyncio.Future[None] | None, call: Callable[[Segment], None], segment: Segment
-    ) -> None:
-        if before is not None:
-            await asyncio.wait({before})
-        try:
-            await asyncio.to_thread(call, segment)
-        except Exception:  # a front-end bug must not stop the session
-            log.exception("the text front-end failed; the segment is read as written")
-
-    def finish_reading(self, utterance: Utterance) -> None:
-        """The utterance's text is complete (``input.done``): the front-end's
-        end-of-text check runs after its last read (at once if none is left)."""
-        pending = utterance.reading
-        if pending is None or pending.done():
-            utterance.finish_reading()  # a check of carried state: no parsing
-            return
-        utterance.reading = asyncio.ensure_future(self._finish_after(pending, utterance))
-
-    @staticmethod
-    async def _finish_after(before: asyncio.Future[None], utterance: Utterance) -> None:
-        await asyncio.wait({before})
-        utterance.finish_reading()
+    def read_done(self) -> None:
+        """A segment's reading by the front-end ended (the session core runs
+        it, ``Session._read``): it may be submitted now."""
+        self.segments.prefetch()
 
     def _head_read(self) -> bool:
         head = self.queue[0] if self.queue else None
