@@ -86,21 +86,18 @@ class MarkdownReader:
     open_emphasis: list[str] = field(default_factory=list)
 
     def read(self, segment: str) -> list[Piece]:
+        """The pieces of one segment, line by line (the line breaks copied)."""
         pieces: list[Piece] = []
+        if not segment:
+            return pieces
         pos = 0
-        n = len(segment)
-        first = True
-        while pos <= n:
+        while True:
             nl = segment.find("\n", pos)
-            end = n if nl < 0 else nl
-            if not first or pos < n or n == 0:
-                self._line(segment, pos, end, pieces)
-            first = False
+            self._line(segment, pos, len(segment) if nl < 0 else nl, pieces)
             if nl < 0:
-                break
+                return pieces
             pieces.append(Piece("\n", nl, nl + 1))
             pos = nl + 1
-        return pieces
 
     def finish(self) -> None:
         self.fence = None
@@ -375,8 +372,6 @@ def _link_tail(text: str, start: int, end: int) -> tuple[int, int] | None:
             if depth == 0:
                 return close, j + 1
             depth -= 1
-        elif ch == " " and opening == "(" and text[j + 1 : j + 2] not in ('"', "'"):
-            pass
         j += 1
     return None
 
