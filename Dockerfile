@@ -24,6 +24,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY scripts ./scripts
 COPY gateway ./gateway
+# the wire format the gateway requires (scripts/setup installs it first)
+COPY integrations/wire ./integrations/wire
 COPY configs ./configs
 RUN scripts/setup serve && rm -rf /root/.cache/pip \
     && useradd --system --uid 10001 --user-group --home-dir /data --no-create-home gateway \

@@ -29,7 +29,8 @@ import numpy as np
 
 from gateway.engines.base import AudioChunk, SegmentRequest, StreamRequest
 from gateway.engines.piper import PiperEngine
-from gateway.settings import PiperSettings, Settings
+from gateway.engines.piper.settings import PiperSettings
+from gateway.settings import Settings
 
 SENTENCE = "The quick brown fox jumped over the lazy dog while the curious cat watched quietly."
 

@@ -10,7 +10,9 @@
 
 Events are the protocol's own Structs (``gateway.protocol``: ``AudioStart``,
 ``AudioDone``, ``SessionDone``, ``AudioCancelled``, ...) plus ``AudioFrame``
-for binary messages and ``Disconnected`` for the end of the connection.
+for binary messages and ``Disconnected`` for the end of the connection.  The
+tagged header is read by ``voice_gateway_wire.frames`` (integrations/wire),
+the implementation the gateway and the framework plugins share.
 
 Backpressure: one reader task moves messages from the socket into a bounded
 queue (``max_queued`` items).  When the caller stops iterating, the queue
@@ -38,10 +40,10 @@ from types import TracebackType
 from typing import Self
 
 import msgspec
+from voice_gateway_wire.frames import TaggedHeader, unpack_frame
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from gateway.audio.framing import FrameFlags, TaggedHeader, unpack_frame
 from gateway.protocol import (
     AudioDone,
     AudioStart,
@@ -100,7 +102,7 @@ class AudioFrame:
 
     @property
     def is_wav_header(self) -> bool:
-        return self.header is not None and bool(self.header.flags & FrameFlags.WAV_HEADER)
+        return self.header is not None and self.header.is_wav_header
 
 
 @dataclass(frozen=True)

@@ -179,3 +179,9 @@ class GatewayError(Exception):
         self.code = code
         self.message = message
         self.param = param
+
+
+class SettingsError(ValueError):
+    """A setting is missing, malformed or out of range (raised at start, by
+    ``gateway.settings`` and by the engines' sections; ``serve`` stops with
+    exit code 2 and the message)."""

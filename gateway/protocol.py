@@ -189,7 +189,8 @@ class EngineCapabilities(msgspec.Struct, kw_only=True):
     cloning: bool  #: voices can be cloned from a recording (``voice.add``)
     instructions: bool  #: a style prompt (``instructions``) is honoured
     languages: list[str]  #: BCP-47 tags
-    #: ``segments``: the gateway segments the text; ``text_stream``: the engine does
+    #: deprecated (docs/protocol.md): the engine's declared ``input``, sent as
+    #: it is; the gateway segments the text for every engine either way
     input: Literal["segments", "text_stream"]
     max_concurrency: int  #: utterances served well at once; 0: no own limit
     typical_first_chunk_ms: float  #: engine time to a first chunk, typical, alone

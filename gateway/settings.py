@@ -6,13 +6,18 @@ Every field is documented in ``docs/configuration.md``; a test keeps that file
 in step with this type.  Values are validated once, at start, and a bad value
 stops the server with a message naming the field.
 
-Engine settings live in sections: TOML ``[piper]``, environment
-``GATEWAY_PIPER_<FIELD>``.  A section is one ``msgspec.Struct`` and one field
-of ``Settings`` typed with it (``SECTIONS`` is derived from those fields);
-section names have no underscore, so the first word after ``GATEWAY_`` names
-the section.  Piper's fields used to be flat (``device``, ``GATEWAY_DEVICE``);
-those names still work as deprecated aliases (``DEPRECATED_ALIASES``), with a
-warning at start, and fail when the section sets the same field.
+Engine settings live with their engine, in sections: TOML ``[piper]``,
+environment ``GATEWAY_PIPER_<FIELD>``.  A section is one
+``gateway.engines.section.Section`` Struct in the engine's package, with its
+own validation, and one field of ``Settings`` typed with it (inherited from
+``gateway/engines/sections.py``; ``SECTIONS`` is derived from those fields);
+this module names no engine and reads every section alike.  Section names
+have no underscore, so the first word after ``GATEWAY_`` names the section.
+The selected engine's section checks what only it needs
+(``Section.check_selected``: a pool its URLs).  A section's fields that used
+to be flat (Piper's ``device``, ``GATEWAY_DEVICE``: its ``FLAT_ALIASES``)
+still work as deprecated aliases (``DEPRECATED_ALIASES``), with a warning at
+start, and fail when the section sets the same field.
 
 This module does no I/O beyond reading the file it is given.
 """
@@ -24,12 +29,15 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Literal
 
 import msgspec
 
-from gateway.engines.orpheus.tokens import VOICES as ORPHEUS_VOICES
+from gateway.engines.section import Section, check
+from gateway.engines.sections import EngineSections
+from gateway.errors import SettingsError
+
+__all__ = ["SECTIONS", "Settings", "SettingsError", "field_names", "load_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -60,236 +68,7 @@ OPENAI_VOICES = (
 )
 
 
-class SettingsError(ValueError):
-    """A setting is missing, malformed or out of range."""
-
-
-class PiperSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``[piper]``: the Piper engine (``GATEWAY_PIPER_<FIELD>``)."""
-
-    #: extra Piper voices: paths to ``.onnx`` files (``.onnx.json`` beside them)
-    voices: list[str] = []
-    #: torch device for the vocoder: ``auto`` picks CUDA when available
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    #: onnxruntime providers for acoustic models: ``auto`` adds CUDA when the
-    #: ``onnxruntime-gpu`` package is installed
-    onnx_provider: Literal["auto", "cpu", "cuda"] = "auto"
-    #: noise scales forced to 0, thread counts and chunk sizes fixed whatever
-    #: the load: identical input gives identical audio (tests)
-    deterministic: bool = False
-    #: decoder chunk sizes in latent frames (first, second, ... then the last
-    #: value repeats): a small first chunk for latency, larger ones after
-    chunk_schedule: list[int] = msgspec.field(default_factory=lambda: [16, 32, 64])
-    #: threads for the acoustic model and for the vocoder (0: every core, up to
-    #: 4, while the other pool is idle, one while it works)
-    acoustic_threads: int = 0
-    vocoder_threads: int = 0
-
-    def __post_init__(self) -> None:
-        _check(
-            [
-                (bool(self.chunk_schedule), "piper.chunk_schedule must not be empty"),
-                (
-                    all(c >= 1 for c in self.chunk_schedule),
-                    "piper.chunk_schedule values must be >= 1",
-                ),
-                (self.acoustic_threads >= 0, "piper.acoustic_threads must be >= 0"),
-                (self.vocoder_threads >= 0, "piper.vocoder_threads must be >= 0"),
-            ]
-        )
-
-
-def _check(checks: list[tuple[bool, str]]) -> None:
-    for ok, message in checks:
-        if not ok:
-            raise SettingsError(message)
-
-
-class PoolSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A replica pool's fields, shared by the engines that speak to a pool of
-    HTTP servers (``[upstream]``, ``[orpheus]``): each section is a subclass,
-    so its fields are these plus its own, and the pool, its probes and its
-    metrics (``gateway/engines/upstream/``) read them alike.  Not a section
-    itself."""
-
-    #: the section's name, for messages (``upstream.urls ...``)
-    SECTION: ClassVar[str] = "upstream"
-
-    #: base URLs of the replicas (``http://host:8000``), one model per pool
-    urls: list[str] = []
-    #: sent as ``Authorization: Bearer``; never logged
-    api_key: str = ""
-    #: the upstream's model name, sent as ``model`` ("" leaves it out)
-    model: str = ""
-    #: liveness probe path ("" turns active probes off: passive ejection only)
-    health_path: str = "/health"
-    #: readiness: the first of these answering 2xx makes a replica ready
-    ready_paths: list[str] = msgspec.field(
-        default_factory=lambda: ["/v1/models", "/v1/audio/voices"]
-    )
-    probe_interval_s: float = 2.0
-    probe_timeout_s: float = 2.0
-    connect_timeout_s: float = 2.0
-    #: request sent to first audio byte, per attempt
-    first_byte_timeout_s: float = 10.0
-    #: longest silence between two pieces of a body
-    read_timeout_s: float = 10.0
-    #: requests (prefetched ones included) one replica serves at once
-    max_per_replica: int = 8
-    #: replicas tried for one segment before its first audio byte
-    max_attempts: int = 3
-    #: how long a segment waits for a replica below its cap
-    queue_timeout_s: float = 5.0
-    failure_threshold: int = 3
-    cooldown_s: float = 5.0
-
-    def __post_init__(self) -> None:
-        name = self.SECTION
-        _check(
-            [
-                (
-                    not self.health_path or self.health_path.startswith("/"),
-                    f"{name}.health_path must start with / (or be empty)",
-                ),
-                (
-                    all(p.startswith("/") for p in self.ready_paths),
-                    f"{name}.ready_paths must start with /",
-                ),
-                (self.probe_interval_s > 0, f"{name}.probe_interval_s must be > 0"),
-                (self.probe_timeout_s > 0, f"{name}.probe_timeout_s must be > 0"),
-                (self.connect_timeout_s > 0, f"{name}.connect_timeout_s must be > 0"),
-                (self.first_byte_timeout_s > 0, f"{name}.first_byte_timeout_s must be > 0"),
-                (self.read_timeout_s > 0, f"{name}.read_timeout_s must be > 0"),
-                (self.max_per_replica >= 1, f"{name}.max_per_replica must be >= 1"),
-                (self.max_attempts >= 1, f"{name}.max_attempts must be >= 1"),
-                (self.queue_timeout_s >= 0, f"{name}.queue_timeout_s must be >= 0"),
-                (self.failure_threshold >= 1, f"{name}.failure_threshold must be >= 1"),
-                (self.cooldown_s >= 0, f"{name}.cooldown_s must be >= 0"),
-            ]
-        )
-        for url in self.urls:
-            check_url(url, name)
-
-
-class UpstreamSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
-    """``[upstream]``: the ``upstream`` engine's pool of OpenAI-compatible
-    speech servers (``docs/engine.md``, ``docs/deployment.md``); the pool's
-    fields are ``PoolSettings``'."""
-
-    SECTION: ClassVar[str] = "upstream"
-
-    #: the upstream's output rate in Hz; 0: read from a WAV header at start
-    native_rate: int = 0
-    response_format: Literal["pcm", "wav"] = "pcm"
-    stream_format: Literal["audio", "sse"] = "audio"
-    #: voices to list when the upstream has no ``GET /v1/audio/voices`` (OpenAI)
-    voices: list[str] = []
-    #: BCP-47 tags the upstream's voices speak (first: its voices' language)
-    languages: list[str] = msgspec.field(default_factory=lambda: ["en-US"])
-    #: the upstream honours ``instructions`` (passed through when set)
-    instructions: bool = False
-    #: the upstream clones from ``ref_audio``/``ref_text`` (passed through)
-    cloning: bool = False
-    #: send ``language`` with each request (vllm-omni's Qwen3-TTS takes it)
-    send_language: bool = False
-    #: send ``sample_rate`` (the voice's native rate) so the upstream does not
-    #: resample (this gateway takes it; OpenAI and vllm-omni do not)
-    send_sample_rate: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(
-            [
-                (
-                    self.native_rate == 0 or 8000 <= self.native_rate <= 192_000,
-                    "upstream.native_rate must be 0 or 8000 to 192000",
-                ),
-                (bool(self.languages), "upstream.languages must not be empty"),
-            ]
-        )
-
-
-class OrpheusSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
-    """``[orpheus]``: the ``orpheus`` engine (``docs/engine.md``): a pool of
-    vLLM servers serving an Orpheus model (``PoolSettings``' fields), the
-    local tokenizer and SNAC weights, sampling and the decoder."""
-
-    SECTION: ClassVar[str] = "orpheus"
-
-    #: vLLM answers ``/health`` and ``/v1/models``
-    ready_paths: list[str] = msgspec.field(default_factory=lambda: ["/v1/models"])
-    #: folder of the model's tokenizer (``tokenizer.json`` ...), read by
-    #: ``transformers.AutoTokenizer`` offline: the model folder or a copy
-    tokenizer: str = ""
-    #: folder of the SNAC 24 kHz weights (``config.json``, ``pytorch_model.bin``)
-    snac: str = ""
-    #: where SNAC decodes
-    device: Literal["cpu", "cuda"] = "cpu"
-    #: SNAC's noise blocks: ``keyed`` to the sample position (production) or ``off``
-    noise: Literal["keyed", "off"] = "keyed"
-    #: the model's voices, default first (the prompt is ``"{voice}: {text}"``)
-    voices: list[str] = msgspec.field(default_factory=lambda: list(ORPHEUS_VOICES))
-    #: BCP-47 tag of the voices' language
-    language: str = "en-US"
-    temperature: float = 0.6
-    top_p: float = 0.8
-    repetition_penalty: float = 1.1
-    #: sent as ``seed`` with each request when set (reproducible sampling: tests)
-    seed: int | None = None
-    #: ``max_tokens = max_tokens_base + ceil(chars x seconds_per_char x 7 x 24000 / 2048)``
-    #: (7 tokens per 85.3 ms frame), capped at ``max_tokens_cap``: a runaway
-    #: generation ends instead of speaking on
-    seconds_per_char: float = 0.15
-    max_tokens_base: int = 140
-    max_tokens_cap: int = 8192
-    #: decoded frames a segment may hold that wait for the listener's room
-    #: (bounds memory for a stalled listener; the HTTP read pauses beyond it)
-    max_pending_frames: int = 16
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(
-            [
-                (bool(self.voices), "orpheus.voices must not be empty"),
-                (self.temperature >= 0, "orpheus.temperature must be >= 0"),
-                (0 < self.top_p <= 1, "orpheus.top_p must be in (0, 1]"),
-                (self.repetition_penalty > 0, "orpheus.repetition_penalty must be > 0"),
-                (self.seconds_per_char > 0, "orpheus.seconds_per_char must be > 0"),
-                (self.max_tokens_base >= 7, "orpheus.max_tokens_base must be >= 7"),
-                (
-                    self.max_tokens_cap >= self.max_tokens_base,
-                    "orpheus.max_tokens_cap must be >= max_tokens_base",
-                ),
-                (self.max_pending_frames >= 1, "orpheus.max_pending_frames must be >= 1"),
-            ]
-        )
-
-
-def check_url(url: str, section: str = "upstream") -> None:
-    """A replica's base URL: http(s), a host, no query; the message never
-    repeats credentials."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
-        raise SettingsError(
-            f"{section}.urls: {redact_url(url)!r} is not an http(s)://host[:port][/path] URL"
-        )
-
-
-def redact_url(url: str) -> str:
-    """``url`` without user, password, query or fragment (logs, metric labels)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = host + (f":{port}" if port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-
-
-class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     # --- server -------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = 8000
@@ -300,19 +79,19 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: backpressure from uvicorn 0.52.1 on, which flow control relies on.
     ws_impl: Literal["websockets-sansio", "websockets", "wsproto"] = "websockets-sansio"
     #: API keys; empty means no authentication (loopback default)
-    api_keys: list[str] = []
+    api_keys: list[str] = msgspec.field(default_factory=list)
     #: API keys of agent hosts (voice-agent servers running many calls from
     #: one address): also accepted as API keys; a connection presenting one
     #: is limited per key (``max_sessions_per_agent_key``, and
     #: ``max_connections_per_minute`` per key) instead of per address
-    agent_api_keys: list[str] = []
+    agent_api_keys: list[str] = msgspec.field(default_factory=list)
     #: extra Origins allowed to open the WebSocket (same-origin is always allowed)
-    allowed_origins: list[str] = []
+    allowed_origins: list[str] = msgspec.field(default_factory=list)
     #: Host names the API answers to, besides the loopback names (``localhost``,
     #: ``127.0.0.1``, ``[::1]``) and the ``host`` address itself; any port.  A
     #: leading dot matches subdomains; ``*`` turns the check off.  Bound to all
     #: interfaces with none listed, any Host is accepted (with a warning).
-    allowed_hosts: list[str] = []
+    allowed_hosts: list[str] = msgspec.field(default_factory=list)
     #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting, comma
     #: separated); empty: trust no proxy, every limit counts the peer address
     forwarded_allow_ips: str = ""
@@ -320,12 +99,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: registry name of the engine (``piper``, ``synthetic`` or one registered
     #: through the ``voice_gateway.engines`` entry-point group)
     engine: str = "piper"
-    # --- engine sections: one Struct-typed field each (see ``SECTIONS``) -----
-    piper: PiperSettings = msgspec.field(default_factory=PiperSettings)
-    #: ``[upstream]``: the ``upstream`` engine's replica pool
-    upstream: UpstreamSettings = msgspec.field(default_factory=UpstreamSettings)
-    #: ``[orpheus]``: the ``orpheus`` engine (vLLM pool, tokenizer, SNAC)
-    orpheus: OrpheusSettings = msgspec.field(default_factory=OrpheusSettings)
+    # --- engine sections: inherited, one Section-typed field each
+    # (``gateway/engines/sections.py``; see ``SECTIONS``) -----------------
     # --- sessions -----------------------------------------------------------
     #: ``auto`` segmentation (docs/segmentation.md): words of a steady stream
     #: before the first segment of an utterance may be cut at a word boundary
@@ -425,17 +200,12 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                 "max_http_requests_per_client must be >= 1",
             ),
             (self.max_form_parts >= 2, "max_form_parts must be >= 2"),
-            (
-                self.engine != "upstream" or bool(self.upstream.urls),
-                "engine upstream needs upstream.urls (GATEWAY_UPSTREAM_URLS=http://a:8000,...)",
-            ),
-            (
-                self.engine != "orpheus" or bool(self.orpheus.urls),
-                "engine orpheus needs orpheus.urls, the vLLM servers"
-                " (GATEWAY_ORPHEUS_URLS=http://a:8000,...)",
-            ),
         ]
-        _check(checks)
+        check(checks)
+        # the selected engine's own section checks what it needs (a pool its URLs)
+        selected = getattr(self, self.engine) if self.engine in SECTIONS else None
+        if isinstance(selected, Section):
+            selected.check_selected()
 
     @property
     def accepted_keys(self) -> list[str]:
@@ -456,30 +226,21 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return table
 
 
-#: engine sections: the ``Settings`` fields typed with a section Struct.
-#: Adding a section is one Struct and one such field.
-SECTIONS: dict[str, type[msgspec.Struct]] = {
+#: engine sections: the ``Settings`` fields typed with a ``Section``
+#: (``gateway.engines.section``).  Adding a section is one Struct beside its
+#: engine and one field in ``gateway/engines/sections.py``.
+SECTIONS: dict[str, type[Section]] = {
     f.name: f.type
     for f in msgspec.structs.fields(Settings)
-    if isinstance(f.type, type) and issubclass(f.type, msgspec.Struct)
+    if isinstance(f.type, type) and issubclass(f.type, Section)
 }
 
-#: deprecated flat names -> (section, field); they still work, with a warning
-#: deprecated name -> (section or None for a top-level field, new name)
+#: deprecated name -> (section or None for a top-level field, new name);
+#: they still work, with a warning.  A section's old flat names are its
+#: ``FLAT_ALIASES``.
 DEPRECATED_ALIASES: dict[str, tuple[str | None, str]] = {
     "eager_min_words": (None, "first_segment_min_words"),
-} | {
-    name: ("piper", name)
-    for name in (
-        "voices",
-        "device",
-        "onnx_provider",
-        "deterministic",
-        "chunk_schedule",
-        "acoustic_threads",
-        "vocoder_threads",
-    )
-}
+} | {name: (section, name) for section, struct in SECTIONS.items() for name in struct.FLAT_ALIASES}
 
 
 def field_names() -> list[str]:

@@ -10,6 +10,7 @@ never pass quietly (see ``tests/test_setup.py``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import threading
@@ -178,3 +179,43 @@ def server_factory(piper_engine: Engine) -> Iterator[Callable[..., RunningServer
     yield start
     for cm in reversed(stack):
         cm.__exit__(None, None, None)
+
+
+@pytest.fixture
+def server_log() -> Iterator[LogCollector]:
+    """What the in-process servers log during one test (``LogCollector``)."""
+    handler = LogCollector()
+    loggers = [logging.getLogger(name) for name in LogCollector.LOGGERS]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+class LogCollector(logging.Handler):
+    """Everything in-process servers log (uvicorn's loggers do not propagate
+    to the root logger, so pytest's ``caplog`` misses them); the
+    ``server_log`` fixture installs one."""
+
+    LOGGERS = ("", "uvicorn", "uvicorn.error", "asyncio")
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def no_traceback(log: LogCollector) -> None:
+    """A client's mistake must never leave a traceback in the server's log."""
+    assert "Traceback" not in log.text, log.text
+    assert "Exception in callback" not in log.text, log.text

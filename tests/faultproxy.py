@@ -11,6 +11,8 @@ them when a connection is accepted or a response piece arrives):
   again on the same port;
 * ``reset``: accept, then close the client's socket with RST before any reply;
 * ``delay_s``: hold the response's first bytes this long;
+* ``hold``: hold the response's first bytes until this ``threading.Event``
+  is set (an event, where a test must not depend on how long a wait is);
 * ``stall_after``: forward this many response bytes, then forward nothing
   more (the connection stays open);
 * ``cut_after``: forward this many response bytes, then close both sides.
@@ -50,6 +52,7 @@ class Connection:
 class Faults:
     reset: bool = False
     delay_s: float = 0.0
+    hold: threading.Event | None = None
     stall_after: int | None = None
     cut_after: int | None = None
 
@@ -172,6 +175,9 @@ class FaultProxy:
             faults = self.faults  # read live: a test may change them between requests
             if first and faults.delay_s:
                 await asyncio.sleep(faults.delay_s)
+            if first and faults.hold is not None:
+                while not faults.hold.is_set():
+                    await asyncio.sleep(0.005)
             first = False
             for limit, action in ((faults.cut_after, "cut"), (faults.stall_after, "stall")):
                 if limit is not None and conn.response_bytes + len(data) > limit:

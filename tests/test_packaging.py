@@ -83,6 +83,22 @@ def test_wheel_contains_every_runtime_file(wheel: Path) -> None:
     assert missing == []
 
 
+def test_wheel_requires_the_wire_package_by_name(wheel: Path) -> None:
+    """The wire format comes from ``voice-gateway-wire`` (integrations/wire),
+    a plain requirement a published wheel can carry: not vendored, no path."""
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [
+            line.removeprefix("Requires-Dist:").strip()
+            for line in archive.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist:")
+        ]
+        names = set(archive.namelist())
+    (wire,) = [r for r in requires if r.startswith("voice-gateway-wire")]
+    assert "@" not in wire and "<0.2" in wire, wire  # by name and version, never a path
+    assert not any(name.startswith("voice_gateway_wire/") for name in names)
+
+
 def test_unpacked_wheel_serves_the_demo_page_from_elsewhere(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:

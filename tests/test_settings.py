@@ -167,3 +167,33 @@ def test_deprecated_eager_wait_ms_loads_with_a_warning(
     assert settings == load_settings(environ={})
     with pytest.raises(SettingsError, match="first_segment_min_words"):
         load_settings(environ={"GATEWAY_EAGER_MIN_WORDS": "0"})
+
+
+def test_settings_name_no_engine() -> None:
+    """Engine settings live with their engine (``gateway.engines.section``):
+    ``gateway/settings.py`` imports no engine's package and compares the
+    selected engine with no engine's name."""
+    import ast
+
+    from gateway.engines.registry import ENGINES
+
+    tree = ast.parse((ROOT / "gateway" / "settings.py").read_text())
+    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert not [m for m in imported if any(m.startswith(f"gateway.engines.{e}") for e in ENGINES)]
+    compared = {
+        c.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        for c in (node.left, *node.comparators)
+        if isinstance(c, ast.Constant)
+    }
+    assert not compared & set(ENGINES)
+
+
+def test_the_selected_engine_section_checks_what_it_needs() -> None:
+    with pytest.raises(SettingsError, match=r"engine upstream needs upstream\.urls"):
+        load_settings(environ={"GATEWAY_ENGINE": "upstream"})
+    with pytest.raises(SettingsError, match=r"orpheus\.urls, the vLLM servers"):
+        load_settings(environ={"GATEWAY_ENGINE": "orpheus"})
+    # a section not selected is checked field by field, but needs nothing more
+    assert load_settings(environ={"GATEWAY_ENGINE": "synthetic"}).upstream.urls == []

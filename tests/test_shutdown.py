@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -70,8 +71,13 @@ def test_sigterm_drains_then_exits_0(tmp_path: Path) -> None:
             signalled = time.monotonic()
             async with httpx.AsyncClient() as http:
                 while (await http.get(f"{base}/readyz")).status_code != 503:
-                    assert time.monotonic() - signalled < 1.0
-            results["ready_503_after"] = time.monotonic() - signalled
+                    await asyncio.sleep(0.01)
+                # the server's own state, not a stopwatch: readiness flipped
+                # while the drain still held sessions open
+                metrics = (await http.get(f"{base}/metrics")).text
+            active = re.search(r"^gateway_sessions_active (\S+)$", metrics, re.MULTILINE)
+            assert active is not None
+            results["sessions_at_503"] = float(active.group(1))
             refused = await open_ws(url)
             results["refused"] = json.loads(await refused.recv())
             try:
@@ -88,7 +94,7 @@ def test_sigterm_drains_then_exits_0(tmp_path: Path) -> None:
         exit_code = server.proc.wait(timeout=20)  # the one SIGTERM above, no second
     output = server.output()
     assert exit_code == 0, output
-    assert results["ready_503_after"] < 1.0
+    assert results["sessions_at_503"] >= 1  # not ready, and still draining
     assert results["refused"]["code"] == "busy" and results["refused_code"] == 1013
     (finished, code_a), (cancelled, code_b), (cut, code_c) = results["outcomes"]
     assert code_a == code_b == code_c == 1001
@@ -105,4 +111,7 @@ def test_sigterm_drains_then_exits_0(tmp_path: Path) -> None:
     assert cancelled.of("session.done")[0]["cancelled"] is True
     # input.done but longer than the drain timeout: cancelled when it expires
     assert cut.of("audio.cancelled") and cut.of("session.done")[0]["cancelled"] is True
-    assert 3.5 < results["closed_after"] < 8.0
+    assert cut.of("audio.cancelled")[0]["unspoken_text"]  # the drain did not wait for it
+    # the drain waited its timeout (4 s; load only makes it later), then ended
+    # by itself: the process exited after the one SIGTERM (wait above)
+    assert results["closed_after"] > 3.5

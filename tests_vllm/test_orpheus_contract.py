@@ -1,8 +1,9 @@
 """The engine contract (``tests/engine/test_contract.py``) run over the
 ``orpheus`` engine against the real vLLM.
 
-The contract suite leaves orpheus out (``EXTERNAL_ENGINES``: it needs a vLLM
-that suite cannot start) and is imported here whole; the ``engine`` fixture
+The contract suite leaves orpheus out (its hooks' ``external``, in
+``gateway/engines/orpheus/contract.py``: it needs a vLLM that suite cannot
+start) and is imported here whole; the ``engine`` fixture
 below replaces its own with a started orpheus engine (the fixture's vLLM,
 the tiny model's tokenizer, a seeded random SNAC).  Every segment speaks the
 tiny model's whole chain (60 frames, 5.1 s), whatever its text, except

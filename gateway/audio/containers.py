@@ -40,8 +40,10 @@ import soundfile as sf
 from gateway.audio.encoding import encode
 from gateway.audio.wav import wav_bytes, wav_header
 
-ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
-RESPONSE_FORMATS: tuple[ResponseFormat, ...] = get_args(ResponseFormat)
+#: the HTTP API's ``response_format`` values: whole-file containers (not
+#: ``gateway.protocol.ResponseFormat``, the WebSocket's ``wav``/``pcm``)
+ContainerFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+RESPONSE_FORMATS: tuple[ContainerFormat, ...] = get_args(ContainerFormat)
 
 MEDIA_TYPES: Final[Mapping[str, str]] = {
     "mp3": "audio/mpeg",

@@ -1,6 +1,6 @@
 """Drive one utterance against a server and record when everything happened.
 
-Three drivers produce the same ``Record``:
+Four drivers produce the same ``Record``:
 
 * ``GatewayUser``: the gateway's protocol through ``gateway.client`` with the
   recommended low-latency config;

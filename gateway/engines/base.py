@@ -79,9 +79,9 @@ class VoiceInfo:
     uploaded: bool = False
 
 
-#: what an engine takes as input: whole segments chosen by the gateway's
-#: segmenter, or text streamed as it arrives (the engine segments itself;
-#: the gateway still hands it text segment by segment, in order)
+#: deprecated (docs/engine.md): an engine's declared input, passed on in
+#: ``session.created`` and nothing else; the gateway segments the text for
+#: every engine and submits it segment by segment, in order
 InputGranularity = Literal["segments", "text_stream"]
 
 
@@ -143,8 +143,9 @@ class StreamRequest:
     voice: str  #: a canonical ``VoiceInfo.name``
     #: BCP-47 tag the text is in; None: the voice's own language
     language: str | None = None
-    #: the rate the client will receive (a hint: chunks stay at the voice's
-    #: native rate and the gateway resamples); None: no preference
+    #: deprecated (docs/engine.md): never set by the gateway, always None;
+    #: kept so engines that read it keep working.  Chunks stay at the voice's
+    #: native rate and the gateway resamples.
     sample_rate_hint: int | None = None
     speed: float = 1.0  #: 1.0 is the voice's own pace; 2.0 is twice as fast
     #: free-form style prompt; only for engines declaring ``instructions``

@@ -31,6 +31,7 @@ from gateway.engines.base import (
     WordTiming,
     WordTimings,
 )
+from gateway.engines.contract import ContractHooks, Patch
 from gateway.engines.delivery import ChunkedWork, DeliveredJob, DeliveryStream, LiveJobs, pump
 
 if TYPE_CHECKING:
@@ -125,3 +126,19 @@ class SyntheticEngine(Engine):
 
     def live_jobs(self) -> int:
         return len(self._live)
+
+
+def _fail_segment(patch: Patch, marker: str) -> None:
+    """The tone generator fails at its second chunk: a mid-segment failure."""
+    decode = ToneWork.decode
+
+    def failing(self: ToneWork, index: int) -> np.ndarray:
+        if marker in self.text and index == 1:
+            raise RuntimeError("injected decode failure")
+        return decode(self, index)
+
+    patch(ToneWork, "decode", failing)
+
+
+#: the engine's part of the contract suite (``gateway.engines.contract``)
+CONTRACT_HOOKS = ContractHooks(fail_segment=_fail_segment)

@@ -577,9 +577,6 @@ class SnacBatch:
             self.rows[key] = _Row(seed, index=len(self.keys))
             self.keys.append(key)
 
-    def leave(self, key: Any) -> None:
-        self.leave_many([key])
-
     def leave_many(self, keys: Sequence[Any]) -> None:
         """Drop streams and their state, in one copy."""
         gone = {self.rows[key].index for key in keys}

@@ -1,28 +1,33 @@
 """The engine contract, run over every registered engine (built-in and those
 installed through the ``voice_gateway.engines`` entry-point group).
 
-A new engine gets these tests by registering; it adds an entry to
-``FAILURE_HOOKS`` (which model call to break for a marked segment) and, if it
-needs settings to start, to ``ENGINE_SETTINGS``.  Engines are real: the
-failure is injected by patching the engine's own model call for one segment,
-never by a fake engine.
+An engine gets these tests by registering.  What the suite needs from it
+beyond the interface, the engine supplies (``gateway.engines.contract``):
+a ``ContractHooks`` naming which of its model calls to break for a marked
+segment, the settings it needs to start, or the other suite its contract
+runs from; a third-party engine registers its hooks under the entry-point
+group ``voice_gateway.engine_tests`` (``tests/engine/test_plugin_engine.py``
+shows one that passes here without an edit to this file).  Engines are
+real: the failure is injected by patching the engine's own model call for
+one segment, never by a fake engine.
 
-An engine that needs a server this suite cannot start (``EXTERNAL_ENGINES``:
-orpheus needs a real vLLM) runs the same tests from its own suite: a test
-module there imports them (``from tests.engine.test_contract import *``) and
-defines its own ``engine`` fixture yielding the started engine, which
-replaces the one below (``tests_vllm/`` does this for orpheus).
+An engine that needs a server this suite cannot start (``external`` in its
+hooks: orpheus needs a real vLLM) runs the same tests from its own suite: a
+test module there imports them (``from tests.engine.test_contract import
+*``) and defines its own ``engine`` fixture yielding the started engine,
+which replaces the one below (``tests_vllm/`` does this for orpheus).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
 import pytest
+import pytest_asyncio
 
 from gateway.engines.base import (
     AudioChunk,
@@ -36,8 +41,9 @@ from gateway.engines.base import (
     SynthesisJob,
     WordTimings,
 )
+from gateway.engines.contract import contract_hooks
 from gateway.engines.delivery import MAX_UNDELIVERED
-from gateway.engines.registry import registered_engines
+from gateway.engines.registry import create_engine, registered_engines
 from gateway.flow.budget import DecodeBudget
 from tests import conftest
 
@@ -46,102 +52,42 @@ MEDIUM = "A gentle breeze moved the tall grass by the river."
 LONG = " ".join([SENTENCE] * 3)
 MARKER = "Xylofailo"
 
-#: engines whose session fixture in conftest already holds a started engine
-ENGINE_FIXTURES = {
+#: built-in engines the gateway's own test fixtures (``tests/conftest.py``)
+#: already start for other tests: the suite reuses them (the upstream's needs
+#: a replica process); any other engine is started here from its hooks' settings
+SHARED_FIXTURES = {
     "piper": "piper_engine",
     "synthetic": "synthetic_engine",
-    "upstream": "upstream_engine",  # a real replica process behind it
-}
-#: settings an engine needs to start in the tests (section fields included)
-ENGINE_SETTINGS: dict[str, dict[str, Any]] = {}
-#: engines whose contract runs from another suite, with the server they need
-EXTERNAL_ENGINES: dict[str, str] = {
-    "orpheus": "tests_vllm/ (a real vLLM serving a tiny Orpheus-shaped model)",
+    "upstream": "upstream_engine",
 }
 
 
-def _fail_piper(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Piper's phonemizer (espeak, the first model call) fails for the marker."""
-    from gateway.engines.piper.voice import LoadedVoice
-
-    phonemize = LoadedVoice.phonemize
-
-    def failing(self: LoadedVoice, text: str) -> list[str]:
-        if MARKER in text:
-            raise RuntimeError("injected phonemizer failure")
-        return phonemize(self, text)
-
-    monkeypatch.setattr(LoadedVoice, "phonemize", failing)
+def _runs_here(name: str) -> bool:
+    hooks = contract_hooks(name)
+    return hooks is None or not hooks.external
 
 
-def _fail_synthetic(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tone generator fails at its second chunk: a mid-segment failure."""
-    from gateway.engines.synthetic import ToneWork
-
-    decode = ToneWork.decode
-
-    def failing(self: ToneWork, index: int) -> np.ndarray:
-        if MARKER in self.text and index == 1:
-            raise RuntimeError("injected decode failure")
-        return decode(self, index)
-
-    monkeypatch.setattr(ToneWork, "decode", failing)
-
-
-def _fail_upstream(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The request for the marked segment names a voice the replica does not
-    have: the real upstream refuses it (a 4xx), and only that segment fails."""
-    from gateway.engines.upstream.engine import UpstreamEngine
-
-    request_body = UpstreamEngine.request_body
-
-    def failing(self: UpstreamEngine, *args: Any) -> dict[str, Any]:
-        body = request_body(self, *args)
-        if MARKER in body["input"]:
-            body["voice"] = "no-such-voice-upstream"
-        return body
-
-    monkeypatch.setattr(UpstreamEngine, "request_body", failing)
-
-
-def _fail_orpheus(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The completion request for the marked segment asks for 0 tokens: the
-    real vLLM refuses it (a 400), and only that segment fails."""
-    from gateway.engines.orpheus.engine import OrpheusEngine
-
-    completion_body = OrpheusEngine.completion_body
-
-    def failing(self: OrpheusEngine, prompt: Any, text: str) -> dict[str, object]:
-        body = completion_body(self, prompt, text)
-        if MARKER in text:
-            body["max_tokens"] = 0
-        return body
-
-    monkeypatch.setattr(OrpheusEngine, "completion_body", failing)
-
-
-#: how to make a segment containing ``MARKER`` fail inside each engine
-FAILURE_HOOKS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
-    "piper": _fail_piper,
-    "synthetic": _fail_synthetic,
-    "upstream": _fail_upstream,
-    "orpheus": _fail_orpheus,
-}
-
-_started: dict[str, Engine] = {}
-
-
-@pytest.fixture(params=sorted(set(registered_engines()) - set(EXTERNAL_ENGINES)))
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+@pytest.fixture(params=sorted(n for n in registered_engines() if _runs_here(n)))
+def engine(request: pytest.FixtureRequest) -> Engine:
     name: str = request.param
-    fixture = ENGINE_FIXTURES.get(name)
-    if fixture is not None:
-        yield request.getfixturevalue(fixture)
-        return
-    if name not in _started:
-        settings = conftest.test_settings(engine=name, **ENGINE_SETTINGS.get(name, {}))
-        _started[name] = conftest._start_engine(settings)
-    yield _started[name]
+    fixture = SHARED_FIXTURES.get(name, "registered_engine")
+    started: Engine = request.getfixturevalue(fixture)
+    return started
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def registered_engine(request: pytest.FixtureRequest) -> AsyncIterator[Engine]:
+    """An engine started in the test's own event loop, with the settings its
+    hooks ask for, and closed after the test."""
+    name: str = request.node.callspec.params["engine"]
+    hooks = contract_hooks(name)
+    settings = conftest.test_settings(engine=name, **(hooks.settings if hooks else {}))
+    started = create_engine(settings)
+    await started.start()
+    try:
+        yield started
+    finally:
+        await started.aclose()
 
 
 class Reader:
@@ -362,9 +308,12 @@ async def test_submit_never_raises_and_an_unknown_voice_fails_its_segment(
 async def test_a_failing_segment_fails_alone(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    hook = FAILURE_HOOKS.get(engine.name)
-    assert hook is not None, f"add a failure hook for engine {engine.name!r} to FAILURE_HOOKS"
-    hook(monkeypatch)
+    hooks = contract_hooks(engine.name)
+    assert hooks is not None and hooks.fail_segment is not None, (
+        f"engine {engine.name!r} supplies no failure hook: register a ContractHooks under"
+        " the voice_gateway.engine_tests entry-point group (docs/engine.md)"
+    )
+    hooks.fail_segment(monkeypatch.setattr, MARKER)
     stream = open_stream(engine, alignment=True)
     jobs = [
         stream.submit(SegmentRequest(text))

@@ -33,8 +33,9 @@ from gateway.engines.piper import PiperEngine  # noqa: E402
 from gateway.engines.piper.acoustic import LatentWindow, plan_flow_windows  # noqa: E402
 from gateway.engines.piper.alignment import text_words  # noqa: E402
 from gateway.engines.piper.loudness import integrated_loudness  # noqa: E402
+from gateway.engines.piper.settings import PiperSettings  # noqa: E402
 from gateway.engines.piper.voice import LoadedVoice  # noqa: E402
-from gateway.settings import PiperSettings, Settings  # noqa: E402
+from gateway.settings import Settings  # noqa: E402
 from gateway.vocoders import stateful  # noqa: E402
 from gateway.vocoders.stateful import StreamingHifiGan  # noqa: E402
 

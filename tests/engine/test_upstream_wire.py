@@ -26,9 +26,9 @@ from gateway.engines.upstream.wire import (
     Event,
     Format,
     ResponseDecoder,
-    ResponseFormat,
     Samples,
     StreamFormat,
+    UpstreamAudioFormat,
     UpstreamFailure,
     WireError,
 )
@@ -108,7 +108,7 @@ USAGE = {
     "input_token_details": {"text_tokens": 18, "audio_tokens": 101},
 }
 
-FIXTURES: dict[str, tuple[StreamFormat, ResponseFormat, bytes]] = {
+FIXTURES: dict[str, tuple[StreamFormat, UpstreamAudioFormat, bytes]] = {
     "pcm": ("audio", "pcm", pcm16()),
     "wav-open-sizes": ("audio", "wav", wav_stream(pcm16())),
     "wav-zero-sizes": ("audio", "wav", wav_stream(pcm16(), sizes=0)),
@@ -165,7 +165,7 @@ FIXTURES: dict[str, tuple[StreamFormat, ResponseFormat, bytes]] = {
 
 
 def decode(
-    stream: StreamFormat, fmt: ResponseFormat, pieces: list[bytes]
+    stream: StreamFormat, fmt: UpstreamAudioFormat, pieces: list[bytes]
 ) -> tuple[np.ndarray, list[Event], str | None]:
     decoder = ResponseDecoder(stream, fmt)
     events: list[Event] = []
@@ -254,7 +254,7 @@ def test_gateway_error_event_and_comments() -> None:
     ],
 )
 def test_truncated_bodies_are_reported(
-    stream: StreamFormat, fmt: ResponseFormat, body: bytes, problem: str
+    stream: StreamFormat, fmt: UpstreamAudioFormat, body: bytes, problem: str
 ) -> None:
     _, _, end = decode(stream, fmt, [body])
     assert end is not None and problem in end
@@ -271,6 +271,8 @@ def test_truncated_bodies_are_reported(
         ("sse", "pcm", b'data: {"type": "speech.audio.delta"}\n\n'),
     ],
 )
-def test_malformed_bodies_raise(stream: StreamFormat, fmt: ResponseFormat, body: bytes) -> None:
+def test_malformed_bodies_raise(
+    stream: StreamFormat, fmt: UpstreamAudioFormat, body: bytes
+) -> None:
     with pytest.raises(WireError):
         decode(stream, fmt, [body])

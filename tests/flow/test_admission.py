@@ -1,13 +1,10 @@
-"""Admission and the stall policy (gateway.flow), without a server."""
+"""Admission (gateway.flow), without a server.  The stall rule: tests/flow/test_stall.py."""
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from gateway.flow.admission import Admission
-from gateway.flow.stall import Stalled, StallGuard
 
 
 class RecordingGauge:
@@ -81,12 +78,3 @@ async def test_a_cancelled_waiter_gives_its_place_back() -> None:
     admission.release()
     assert admission.active == 0
     assert admission.try_acquire()
-
-
-async def test_stall_guard_raises_stalled_past_the_timeout() -> None:
-    guard = StallGuard(0.01)
-    with pytest.raises(Stalled):
-        async with guard.send():
-            await asyncio.sleep(1)
-    async with StallGuard(None).send():
-        await asyncio.sleep(0)  # no timeout: never stalls

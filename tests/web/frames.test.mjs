@@ -1,10 +1,21 @@
 // Node unit tests of web/frames.js: binary frame parsing, sample decoding, WAV.
 // Reference values come from the gateway's Python encoders
-// (gateway/audio/encoding.py, gateway/audio/framing.py).
+// (gateway/audio/encoding.py) and, for the tagged header, the fixture shared
+// with voice_gateway_wire.frames.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { decodePcm, encodeWav, parseTaggedFrame, stripWavHeader } from "../../gateway/web/frames.js";
+import {
+  FLAG_FIRST,
+  FLAG_LAST,
+  FLAG_WAV_HEADER,
+  TAGGED_HEADER_BYTES,
+  decodePcm,
+  encodeWav,
+  parseTaggedFrame,
+  stripWavHeader,
+} from "../../gateway/web/frames.js";
 
 const bytes = (...values) => new Uint8Array(values).buffer;
 
@@ -84,4 +95,57 @@ test("WAV round trip: encodeWav then stripWavHeader gives the samples back", () 
   // plain PCM passes through untouched
   const pcm = bytes(1, 0, 2, 0);
   assert.equal(stripWavHeader(pcm), pcm);
+});
+
+// The shared fixture of encoded frames (integrations/wire/tests/tagged_frames.json):
+// the Python implementation (voice_gateway_wire.frames, which the gateway
+// sends with) is checked against the same file, so the two cannot drift.
+const FIXTURE = JSON.parse(
+  readFileSync(new URL("../../integrations/wire/tests/tagged_frames.json", import.meta.url)),
+);
+const fromHex = (hex) => new Uint8Array(hex.match(/../g)?.map((b) => parseInt(b, 16)) ?? []).buffer;
+
+test("every frame of the shared fixture parses to its fields and payload", () => {
+  assert.equal(TAGGED_HEADER_BYTES, FIXTURE.header_bytes);
+  assert.deepEqual(
+    { first: FLAG_FIRST, last: FLAG_LAST, wav_header: FLAG_WAV_HEADER },
+    FIXTURE.flags,
+  );
+  assert.ok(FIXTURE.frames.length >= 5);
+  for (const frame of FIXTURE.frames) {
+    const parsed = parseTaggedFrame(fromHex(frame.hex));
+    assert.deepEqual(
+      {
+        version: parsed.version,
+        flags: parsed.flags,
+        context: parsed.contextNumber,
+        utterance_index: parsed.utteranceIndex,
+        sequence: parsed.sequence,
+        sample_offset: parsed.sampleOffset,
+        first: parsed.first,
+        last: parsed.last,
+        wavHeader: parsed.wavHeader,
+      },
+      {
+        version: frame.version,
+        flags: frame.flags,
+        context: frame.context,
+        utterance_index: frame.utterance_index,
+        sequence: frame.sequence,
+        sample_offset: frame.sample_offset,
+        first: (frame.flags & FIXTURE.flags.first) !== 0,
+        last: (frame.flags & FIXTURE.flags.last) !== 0,
+        wavHeader: (frame.flags & FIXTURE.flags.wav_header) !== 0,
+      },
+      frame.name,
+    );
+    assert.deepEqual(new Uint8Array(parsed.payload), new Uint8Array(fromHex(frame.payload_hex)));
+  }
+});
+
+test("every invalid frame of the shared fixture is refused", () => {
+  assert.ok(FIXTURE.invalid.length >= 2);
+  for (const frame of FIXTURE.invalid) {
+    assert.throws(() => parseTaggedFrame(fromHex(frame.hex)), RangeError, frame.name);
+  }
 });

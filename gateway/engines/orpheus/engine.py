@@ -8,7 +8,7 @@ the session's budget):
 1. its prompt (``prompt.PromptBuilder``: the model's tokenizer, in a worker
    thread) and ``max_tokens`` (``prompt.max_tokens``);
 2. one streamed ``POST /v1/completions`` to a vLLM replica of the pool
-   (``client.CompletionsClient`` over the upstream engine's replica pool,
+   (``client.CompletionsClient`` over the replica pool, ``gateway.engines.pool``:
    probes and metrics), retried on another replica only before the first
    token;
 3. the token ids go to the segment's ``decoder.DecodeStream``; the engine's
@@ -34,42 +34,36 @@ retry after a token arrived, download anything.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.engines.base import (
     Capabilities,
-    Engine,
     EngineStream,
     StreamRequest,
     SynthesisError,
     VoiceInfo,
 )
-from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs
+from gateway.engines.delivery import DeliveredJob
 from gateway.engines.orpheus.client import CompletionsClient
 from gateway.engines.orpheus.codes import SAMPLE_RATE
 from gateway.engines.orpheus.completions import Sampling, completion_body
 from gateway.engines.orpheus.prompt import PromptBuilder, max_tokens
-from gateway.engines.pool.probe import Prober
-from gateway.engines.pool.routing import ReplicaState
-from gateway.settings import OrpheusSettings, SettingsError
+from gateway.engines.orpheus.settings import OrpheusSettings
+from gateway.engines.pool.engine import PoolEngine, PoolStream
+from gateway.errors import SettingsError
 from gateway.text.segmenter import EMOTION_TAGS
 
 if TYPE_CHECKING:
-    from prometheus_client.registry import Collector
-
     from gateway.engines.orpheus.decoder import DecodeWorker
     from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
-# httpx logs every request's full URL at INFO, credentials included: never
-logging.getLogger("httpx").setLevel(logging.WARNING)
 
 #: tokens before the first audio: the decoder's look-ahead needs 3 frames
 FIRST_AUDIO_TOKENS = 21
@@ -114,32 +108,15 @@ def check_setup(config: OrpheusSettings) -> None:
             raise SettingsError("orpheus.device is cuda, but torch sees no usable CUDA device")
 
 
-class OrpheusStream(DeliveryStream):
+class OrpheusStream(PoolStream["OrpheusEngine"]):
     """One utterance: its segments' generations, each a task of its own."""
 
-    def __init__(self, request: StreamRequest, engine: OrpheusEngine) -> None:
-        super().__init__(request, engine.live)
-        self.engine = engine
+    no_voice = "orpheus has no voice"
 
-    def start(self, job: DeliveredJob) -> None:
-        if not job.started():
-            return
-        job.skip_timings()  # no alignment: none are invented
-        voice = self.engine.find_voice(self.request.voice)
-        if voice is None:
-            raise SynthesisError(f"orpheus has no voice {self.request.voice!r}")
+    def segment(self, job: DeliveredJob, voice: VoiceInfo) -> Coroutine[Any, Any, None]:
         if self.engine.worker is None or self.engine.prompts is None:
             raise SynthesisError("the orpheus engine is not started")
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(self._run(job, voice.name), name="orpheus-segment")
-        self.engine.tasks.add(task)
-        task.add_done_callback(self.engine.tasks.discard)
-
-        def stop() -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: the task is gone
-                loop.call_soon_threadsafe(task.cancel)
-
-        job.on_cancel(stop)
+        return self._run(job, voice.name)
 
     async def _run(self, job: DeliveredJob, voice: str) -> None:
         engine = self.engine
@@ -157,23 +134,12 @@ class OrpheusStream(DeliveryStream):
         job.stats.extra["noise_seed"] = float(seed)
         stream = engine.worker.open(job, seed=seed)
         t0 = time.perf_counter()
-        try:
-            result = await engine.client.generate(body, stream)
-        except SynthesisError as exc:
-            stream.abort()
-            if not job.cancelled:
-                log.warning("orpheus segment failed (%s): %s", self.request.label, exc)
-            job.finish(exc)
+        done = await engine.run_segment(
+            job, self.request.label, engine.client.generate(body, stream), stream.abort
+        )
+        if done is None:
             return
-        except asyncio.CancelledError:
-            stream.abort()
-            job.cancel()
-            raise
-        except Exception as exc:  # a bug: this segment fails alone
-            stream.abort()
-            log.exception("orpheus segment failed (%s)", self.request.label)
-            job.fail(f"synthesis failed: {type(exc).__name__}")
-            return
+        (result,) = done
         job.stats.extra["generate_ms"] = (time.perf_counter() - t0) * 1e3
         job.stats.extra["tokens"] = float(result.tokens)
         if result.stopped:
@@ -188,17 +154,13 @@ class OrpheusStream(DeliveryStream):
         stream.end()  # the worker flushes the look-ahead and finishes the job
 
 
-class OrpheusEngine(Engine):
+class OrpheusEngine(PoolEngine[CompletionsClient]):
     name = "orpheus"
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
         self.config = settings.orpheus  # Settings checked that urls is not empty
         check_setup(self.config)
-        self.client = CompletionsClient(self.config)
-        self.prober = Prober(self.client)
-        self.live = LiveJobs()
-        self.tasks: set[asyncio.Task[None]] = set()
+        super().__init__(settings, CompletionsClient(self.config))
         self.seeds = itertools.count(1)
         self.prompts: PromptBuilder | None = None
         #: the served model's context length (vLLM's ``max_model_len`` in
@@ -231,20 +193,11 @@ class OrpheusEngine(Engine):
 
     async def start(self) -> None:
         self.prompts, self.worker = await asyncio.to_thread(self._load)
-        if self.prober.enabled:
-            await self.prober.probe_all()
-            self.prober.start()
+        await self.start_probes()
         self.context_len = await self._context_len()
-        ready = sum(
-            1
-            for i in range(len(self.client.bases))
-            if self.client.pool.state_of(i, self.client.clock()) is ReplicaState.READY
-        )
         log.info(
-            "orpheus: %d of %d vLLM replicas ready, %s; SNAC on %s, noise %s",
-            ready,
-            len(self.client.bases),
-            ", ".join(r.name for r in self.client.pool.replicas),
+            "orpheus: vLLM %s; SNAC on %s, noise %s",
+            self.replicas_ready(),
             self.config.device,
             self.config.noise,
         )
@@ -299,27 +252,10 @@ class OrpheusEngine(Engine):
         return prompts, DecodeWorker(decoder, config.max_pending_frames)
 
     async def aclose(self) -> None:
-        await self.prober.aclose()
-        self.live.cancel_all()
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.client.aclose()
+        await super().aclose()
         if self.worker is not None:
             await asyncio.to_thread(self.worker.close)
             self.worker = None
-
-    def ready(self) -> bool:
-        """At least one vLLM replica is routable (``/readyz``)."""
-        return self.client.pool.ready(self.client.clock())
-
-    def model_names(self) -> Sequence[str]:
-        return (self.config.model,) if self.config.model else ()
-
-    def collectors(self) -> Sequence[Collector]:
-        from gateway.engines.pool.metrics import PoolCollector
-
-        return (PoolCollector(self.client),)
 
     # --- voices and capabilities ------------------------------------------------------
 
@@ -354,9 +290,6 @@ class OrpheusEngine(Engine):
 
     def open_stream(self, request: StreamRequest) -> EngineStream:
         return OrpheusStream(request, self)
-
-    def live_jobs(self) -> int:
-        return len(self.live)
 
     def queue_depth(self) -> int:
         return self.worker.queued() if self.worker is not None else 0

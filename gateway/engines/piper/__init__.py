@@ -1,14 +1,24 @@
 """The Piper engine (``piper``): the default voice, streamed chunk by chunk.
 
 Requires the ``gateway[piper]`` extra (piper-tts is GPL-3.0-or-later).
+``PiperEngine`` is imported on first use: ``gateway.settings`` reads this
+package's ``settings`` section whatever the engine, without loading torch
+(or setting torch's ``OMP_WAIT_POLICY``, which ``engine`` does).
 """
 
-import os
+from __future__ import annotations
 
-# torch's OpenMP pool reads this when torch loads; a spinning pool fights
-# onnxruntime's on a small machine (measured: 2x latency on 2 cores).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from typing import TYPE_CHECKING
 
-from gateway.engines.piper.engine import PiperEngine
+if TYPE_CHECKING:
+    from gateway.engines.piper.engine import PiperEngine
 
 __all__ = ["PiperEngine"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "PiperEngine":
+        from gateway.engines.piper.engine import PiperEngine
+
+        return PiperEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,8 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
+
+# torch's OpenMP pool reads this when torch loads; a spinning pool fights
+# onnxruntime's on a small machine (measured: 2x latency on 2 cores).  Set
+# here, before torch, and not in the package's __init__: the settings read
+# ``piper.settings`` whatever the engine, and must not set it for the others.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 

@@ -6,7 +6,7 @@ not depend on what is asked of a replica.  ``ReplicaClient`` holds the
 ``pool.Pool`` state machine, one ``httpx.AsyncClient`` (HTTP/1.1 keep-alive
 connections, pooled per replica, ``Authorization`` from ``api_key``), the
 time-to-first-byte histograms and the voices each replica listed, and hands
-out replicas (``_choose``: least outstanding below the cap, waiting up to
+out replicas (``choose``: least outstanding below the cap, waiting up to
 ``queue_timeout_s`` while every routable one is full; ``_release``).
 ``probe.Prober`` and ``metrics.PoolCollector`` work on any ``ReplicaClient``.
 Subclasses add the requests: ``client.UpstreamClient`` (``/v1/audio/speech``)
@@ -29,7 +29,7 @@ from typing import Protocol, TypeVar
 import httpx
 
 from gateway.engines.pool.routing import Outcome, Pool, PoolPolicy
-from gateway.settings import PoolSettings, redact_url
+from gateway.engines.pool.settings import PoolSettings, redact_url
 
 
 class _Outcome(Protocol):
@@ -148,7 +148,7 @@ class ReplicaClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def _choose(self, tried: frozenset[int]) -> int | None:
+    async def choose(self, tried: frozenset[int]) -> int | None:
         """A replica for the next attempt, waiting (``queue_timeout_s``) while
         every routable one is at its cap; None if there is none."""
         deadline = self.clock() + self.settings.queue_timeout_s
@@ -165,8 +165,8 @@ class ReplicaClient:
                     async with asyncio.timeout(left):
                         await self._room.wait()
 
-    async def _attempted(self, index: int, attempt: Awaitable[_Result]) -> _Result:
-        """Await one attempt on replica ``index`` (chosen by ``_choose``): its
+    async def attempted(self, index: int, attempt: Awaitable[_Result]) -> _Result:
+        """Await one attempt on replica ``index`` (chosen by ``choose``): its
         slot is given back even when the task is cancelled, and its outcome
         is reported to the pool."""
         try:

@@ -1,29 +1,19 @@
 """HTTP to the replicas: one streamed ``POST /v1/audio/speech`` per segment,
 with failover before the first audio byte.
 
-What this module is for: the I/O around the pure parts.  ``pool.Pool``
-decides where a request goes and what an outcome means; ``wire`` decodes the
-body; this module sends requests with one shared ``httpx.AsyncClient``
-(HTTP/1.1 keep-alive connections, pooled per replica), reports outcomes and
-times to the pool, and hands decoded audio to a ``Sink`` (the engine's job).
+What this module is for: what the relay asks of a replica and what its body
+means.  The loop that tries replicas, the error ladder and the retry rules
+are the pool's (``gateway.engines.pool.failover``: retried only while no
+audio of the segment reached the sink, ``PartialAudioError`` after);
+``wire`` decodes the body; this module's ``_Relay`` reads it, resamples it
+when the body says another rate, and hands decoded audio to a ``Sink`` (the
+engine's job).
 
-Rules:
-
-* A segment's request is retried on another replica only while no audio of
-  it reached the sink: connection refused/reset, a timeout before the first
-  audio byte, 408/5xx (a failure), 429/503 (the replica is full), a body that
-  ended or failed before any audio.  A 4xx that is the request's own fault
-  fails the segment at once, with the upstream's message.
-* After the first audio byte, any failure (a cut body, an SSE error event, a
-  read timeout) fails the segment with ``PartialAudioError``: the listener
-  has heard part of it, and repeating it elsewhere would speak it twice.
-* Cancel is task cancellation: the ``CancelledError`` reaches the read in
-  progress and closing the response closes its connection (a partly read
-  response is never returned to the keep-alive pool), so the upstream sees
-  the disconnect at once and stops generating.
 * The sink's ``room`` is awaited before each chunk is delivered: while the
   session's budget is full the body is not read, so TCP flow control holds
   the upstream back rather than a buffer here.
+* A voice only some replicas listed is sent to those (uploaded voices are
+  per server).
 
 Errors never carry the replica's URL with credentials, an API key or a
 traceback: ``pool.Replica.name`` is the redacted URL.
@@ -31,8 +21,6 @@ traceback: ``pool.Replica.name`` is the redacted URL.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,9 +31,9 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.audio.resample import StreamResampler
-from gateway.engines.base import SynthesisError
-from gateway.engines.pool.replicas import ReplicaClient, read_error
-from gateway.engines.pool.routing import Outcome, classify_status
+from gateway.engines.pool.failover import Attempt, Exchange, FirstByte, Wording, failover
+from gateway.engines.pool.replicas import ReplicaClient
+from gateway.engines.upstream.settings import UpstreamSettings
 from gateway.engines.upstream.wire import (
     Format,
     ResponseDecoder,
@@ -53,13 +41,6 @@ from gateway.engines.upstream.wire import (
     UpstreamFailure,
     WireError,
 )
-from gateway.settings import UpstreamSettings
-
-log = logging.getLogger(__name__)
-
-
-class PartialAudioError(SynthesisError):
-    """The upstream failed after part of the segment's audio was delivered."""
 
 
 class Sink(Protocol):
@@ -73,14 +54,20 @@ class Sink(Protocol):
 
 
 @dataclass
-class Attempt:
-    """How one request to one replica went."""
+class Relayed(Attempt):
+    """How one request went; ``delivered`` is in seconds of audio."""
 
-    outcome: Outcome
-    kind: str  #: failure kind for metrics (``connect``, ``timeout``, ``http_503``...)
-    message: str = ""
-    delivered: float = 0.0  #: seconds of audio delivered to the sink
-    stopped: bool = False  #: the sink asked to stop (cancel)
+    def progress(self) -> str:
+        return f"{self.delivered * 1000:.0f} ms of this segment's audio"
+
+
+#: how the relay's messages name its servers (they reach clients: unchanged)
+WORDING = Wording(
+    log_name="upstream",
+    server="the upstream",
+    none_could="no upstream replica could speak the segment",
+    awaited=("first audio byte", "next audio"),
+)
 
 
 class UpstreamClient(ReplicaClient):
@@ -117,91 +104,50 @@ class UpstreamClient(ReplicaClient):
         tried = self._without_voice(voice)
         if len(tried) == len(self.bases):
             tried = frozenset()  # nobody listed it: let the upstreams answer
-        last = "no upstream replica is available"
-        for _ in range(self.settings.max_attempts):
-            index = await self._choose(tried)
-            if index is None:
-                break
-            tried |= {index}
-            attempt = await self._attempted(index, self._attempt(index, body, rate, sink))
-            if attempt.outcome is Outcome.OK or attempt.stopped:
-                return
-            name = self.pool.replicas[index].name
-            if attempt.delivered > 0:
-                log.warning("upstream %s failed mid-segment: %s", name, attempt.message)
-                raise PartialAudioError(
-                    f"the upstream failed after {attempt.delivered * 1000:.0f} ms of this"
-                    f" segment's audio: {attempt.message}"
-                )
-            if attempt.outcome is Outcome.CLIENT_ERROR:
-                raise SynthesisError(
-                    f"the upstream refused the segment: {attempt.message}", refused=True
-                )
-            log.info("upstream %s: %s; trying another replica", name, attempt.message)
-            last = attempt.message
-        raise SynthesisError(f"no upstream replica could speak the segment: {last}")
-
-    async def _attempt(self, index: int, body: Mapping[str, Any], rate: int, sink: Sink) -> Attempt:
-        url = f"{self.bases[index]}/v1/audio/speech"
-        sent = self.clock()
-        decoder = ResponseDecoder(self.settings.stream_format, self.settings.response_format)
-        state = _Relay(rate, sink)
-        try:
-            async with asyncio.timeout(self.settings.first_byte_timeout_s) as first_byte:
-                request = self.http.build_request("POST", url, json=dict(body))
-                response = await self.http.send(request, stream=True)
-                try:
-                    if not 200 <= response.status_code < 300:
-                        return await _refused(response)
-                    declared = _declared_rate(response)
-                    if declared and self.settings.response_format == "pcm":
-                        await state.handle(Format(declared, 1))
-                    async for piece in response.aiter_raw():
-                        for event in decoder.push(piece):
-                            if isinstance(event, Samples) and not state.audio_seen:
-                                state.audio_seen = True
-                                first_byte.reschedule(None)  # audio flows: no deadline
-                                self.ttfb[index].observe(self.clock() - sent)
-                            if not await state.handle(event):
-                                return Attempt(Outcome.OK, "", stopped=True)
-                        if decoder.failed:
-                            break
-                    problem = decoder.finish()
-                finally:
-                    await response.aclose()
-        except TimeoutError:
-            what = "first audio byte" if state.delivered == 0 else "next audio"
-            return state.failed("timeout", f"no {what} within the timeout")
-        except httpx.TimeoutException:
-            return state.failed("timeout", "the upstream stopped sending")
-        except httpx.ConnectError:
-            return state.failed("connect", "the replica refused the connection")
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-            return state.failed("disconnect", "the replica closed the connection mid-response")
-        except httpx.HTTPError as exc:
-            return state.failed("http", f"HTTP error {type(exc).__name__}")
-        except WireError as exc:
-            return state.failed("body", f"the response is not speech audio: {exc}")
-        if state.failure is not None:
-            kind = "partial_audio" if state.failure.partial_audio else "upstream_error"
-            return state.failed(kind, f"the upstream reported: {state.failure.message}")
-        if problem is not None:
-            return state.failed("truncated", problem)
-        state.flush()
-        return Attempt(Outcome.OK, "", delivered=state.delivered)
+        await failover(self, body, lambda: _Relay(rate, sink, self.settings), WORDING, tried)
 
 
-class _Relay:
-    """One attempt's audio: resampled to the segment's rate when the body
-    says another rate, then handed to the sink."""
+class _Relay(Exchange[Relayed]):
+    """One attempt's body: decoded, resampled to the segment's rate when the
+    body says another rate, then handed to the sink."""
 
-    def __init__(self, rate: int, sink: Sink) -> None:
+    path = "/v1/audio/speech"
+    wire_error = WireError
+    body = "speech audio"
+
+    def __init__(self, rate: int, sink: Sink, settings: UpstreamSettings) -> None:
+        super().__init__(Relayed())
         self.rate = rate
         self.sink = sink
-        self.delivered = 0.0
-        self.audio_seen = False  #: the body's first samples arrived
+        self.decoder = ResponseDecoder(settings.stream_format, settings.response_format)
+        self.response_format = settings.response_format
         self.failure: UpstreamFailure | None = None
+        self.problem: str | None = None  #: why the body ended early, if it did
         self._resampler: StreamResampler | None = None
+
+    async def read(self, response: httpx.Response, first: FirstByte) -> bool:
+        declared = _declared_rate(response)
+        if declared and self.response_format == "pcm":
+            await self.handle(Format(declared, 1))
+        async for piece in response.aiter_raw():
+            for event in self.decoder.push(piece):
+                if isinstance(event, Samples):
+                    first.arrived()
+                if not await self.handle(event):
+                    return False
+            if self.decoder.failed:
+                break
+        self.problem = self.decoder.finish()
+        return True
+
+    def finish(self) -> Relayed:
+        if self.failure is not None:
+            kind = "partial_audio" if self.failure.partial_audio else "upstream_error"
+            return self.failed(kind, f"the upstream reported: {self.failure.message}")
+        if self.problem is not None:
+            return self.failed("truncated", self.problem)
+        self.flush()
+        return self.result
 
     async def handle(self, event: object) -> bool:
         if isinstance(event, Format):
@@ -226,17 +172,14 @@ class _Relay:
             return False
         if not self.sink.deliver(samples):
             return False
-        self.delivered += seconds
+        self.result.delivered += seconds
         return True
 
     def flush(self) -> None:
         if self._resampler is not None:
             tail = self._resampler.flush()
             if tail.size and self.sink.deliver(tail):
-                self.delivered += tail.size / self.rate
-
-    def failed(self, kind: str, message: str) -> Attempt:
-        return Attempt(Outcome.FAILURE, kind, message, self.delivered)
+                self.result.delivered += tail.size / self.rate
 
 
 def _declared_rate(response: httpx.Response) -> int:
@@ -244,9 +187,3 @@ def _declared_rate(response: httpx.Response) -> int:
     (``X-Sample-Rate``, as this gateway answers); 0 if it does not."""
     raw = response.headers.get("x-sample-rate", "")
     return int(raw) if raw.isdigit() and 1000 <= int(raw) <= 384_000 else 0
-
-
-async def _refused(response: httpx.Response) -> Attempt:
-    """An HTTP error status: its outcome, and the upstream's message."""
-    outcome = classify_status(response.status_code)
-    return Attempt(outcome, f"http_{response.status_code}", await read_error(response))

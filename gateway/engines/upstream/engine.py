@@ -34,10 +34,9 @@ was delivered, or log URLs with credentials or the API key.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,28 +45,21 @@ import numpy.typing as npt
 from gateway.engines.base import (
     CLONING_OPTIONS,
     Capabilities,
-    Engine,
     EngineStream,
     StreamRequest,
-    SynthesisError,
     VoiceInfo,
 )
-from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs, wait_for_room
-from gateway.engines.pool.probe import Prober
-from gateway.engines.pool.routing import ReplicaState
+from gateway.engines.delivery import DeliveredJob, wait_for_room
+from gateway.engines.pool.engine import PoolEngine, PoolStream
 from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.voices import VoiceCopies
 from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError
 
 if TYPE_CHECKING:
-    from prometheus_client.registry import Collector
-
     from gateway.settings import Settings
     from gateway.voices.store import StoredVoice, VoiceStore
 
 log = logging.getLogger(__name__)
-# httpx logs every request's full URL at INFO, credentials included: never
-logging.getLogger("httpx").setLevel(logging.WARNING)
 
 #: text used to read the upstream's rate from a WAV header at start
 _RATE_PROBE_TEXT = "Hello."
@@ -100,62 +92,33 @@ class JobSink:
         return self.job.chunk(samples)
 
 
-class UpstreamStream(DeliveryStream):
+class UpstreamStream(PoolStream["UpstreamEngine"]):
     """One utterance: its segments' requests, each a task of its own."""
 
-    def __init__(self, request: StreamRequest, engine: UpstreamEngine) -> None:
-        super().__init__(request, engine.live)
-        self.engine = engine
+    no_voice = "the upstream has no voice"
 
-    def start(self, job: DeliveredJob) -> None:
-        if not job.started():
-            return
-        job.skip_timings()  # no alignment: none are invented
-        voice = self.engine.find_voice(self.request.voice)
-        if voice is None:
-            raise SynthesisError(f"the upstream has no voice {self.request.voice!r}")
+    def segment(self, job: DeliveredJob, voice: VoiceInfo) -> Coroutine[Any, Any, None]:
         body = self.engine.request_body(self.request, voice, job.text)
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(self._run(job, body, voice.sample_rate), name="upstream-segment")
-        self.engine.tasks.add(task)
-        task.add_done_callback(self.engine.tasks.discard)
-
-        def stop() -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: the task is gone
-                loop.call_soon_threadsafe(task.cancel)
-
-        job.on_cancel(stop)
+        return self._run(job, body, voice.sample_rate)
 
     async def _run(self, job: DeliveredJob, body: dict[str, Any], rate: int) -> None:
         t0 = time.perf_counter()
-        try:
-            await self.engine.client.speak(body, rate, JobSink(job))
-        except SynthesisError as exc:
-            if not job.cancelled:
-                log.warning("upstream segment failed (%s): %s", self.request.label, exc)
-            job.finish(exc)
-            return
-        except asyncio.CancelledError:
-            job.cancel()
-            raise
-        except Exception as exc:  # a bug: this segment fails alone
-            log.exception("upstream segment failed (%s)", self.request.label)
-            job.fail(f"synthesis failed: {type(exc).__name__}")
+        client = self.engine.client
+        done = await self.engine.run_segment(
+            job, self.request.label, client.speak(body, rate, JobSink(job))
+        )
+        if done is None:
             return
         job.stats.add_stage("upstream_ms", (time.perf_counter() - t0) * 1e3)
         job.finish()
 
 
-class UpstreamEngine(Engine):
+class UpstreamEngine(PoolEngine[UpstreamClient]):
     name = "upstream"
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
         self.config = settings.upstream  # Settings checked that urls is not empty
-        self.client = UpstreamClient(self.config)
-        self.prober = Prober(self.client)
-        self.live = LiveJobs()
-        self.tasks: set[asyncio.Task[None]] = set()
+        super().__init__(settings, UpstreamClient(self.config))
         self._rate = self.config.native_rate
         self._configured = self._voices_from_names(self.config.voices)
         #: uploads through the gateway, copied to every replica (with cloning)
@@ -168,46 +131,16 @@ class UpstreamEngine(Engine):
         if self._store is not None and self.config.cloning:
             await self.copies.load(self._store)
             self.prober.listeners.append(self.copies.probed)
-        if self.prober.enabled:
-            await self.prober.probe_all()
-            self.prober.start()
-        else:  # no probes: no return to see; the replicas get the uploads now
+        await self.start_probes()
+        if not self.prober.enabled:  # no probes: no return to see; the replicas get the uploads now
             for index in range(len(self.client.bases)):
                 self.copies.probed(index)
         if not self._rate and not self._listed_rates():
             self._rate = await self._probe_rate()
-        ready = sum(
-            1
-            for i in range(len(self.client.bases))
-            if self.client.pool.state_of(i, self.client.clock()) is ReplicaState.READY
-        )
-        log.info(
-            "upstream pool: %d of %d replicas ready, %s",
-            ready,
-            len(self.client.bases),
-            ", ".join(r.name for r in self.client.pool.replicas),
-        )
+        log.info("upstream pool: %s", self.replicas_ready())
 
-    async def aclose(self) -> None:
-        await self.prober.aclose()
+    async def close_helpers(self) -> None:
         await self.copies.aclose()
-        self.live.cancel_all()
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.client.aclose()
-
-    def ready(self) -> bool:
-        """At least one replica is routable (``/readyz``)."""
-        return self.client.pool.ready(self.client.clock())
-
-    def model_names(self) -> Sequence[str]:
-        return (self.config.model,) if self.config.model else ()
-
-    def collectors(self) -> Sequence[Collector]:
-        from gateway.engines.pool.metrics import PoolCollector
-
-        return (PoolCollector(self.client),)
 
     # --- uploaded voices ---------------------------------------------------------------
 
@@ -381,6 +314,3 @@ class UpstreamEngine(Engine):
 
     def open_stream(self, request: StreamRequest) -> EngineStream:
         return UpstreamStream(request, self)
-
-    def live_jobs(self) -> int:
-        return len(self.live)

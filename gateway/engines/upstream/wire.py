@@ -49,7 +49,9 @@ import numpy as np
 import numpy.typing as npt
 
 StreamFormat = Literal["audio", "sse"]
-ResponseFormat = Literal["pcm", "wav"]
+#: the audio format the relay asks an upstream server for (its request's
+#: ``response_format``); not ``gateway.protocol.ResponseFormat``
+UpstreamAudioFormat = Literal["pcm", "wav"]
 
 #: a WAV header (every chunk before ``data`` except skipped ones) this large is
 #: not a WAV stream
@@ -349,7 +351,7 @@ def _error_message(event: dict[str, object]) -> str:
 class ResponseDecoder:
     """One streamed speech response, as ``push``-ed bytes, to events."""
 
-    def __init__(self, stream_format: StreamFormat, response_format: ResponseFormat) -> None:
+    def __init__(self, stream_format: StreamFormat, response_format: UpstreamAudioFormat) -> None:
         self.stream_format = stream_format
         self.response_format = response_format
         self._sse = SseDecoder() if stream_format == "sse" else None

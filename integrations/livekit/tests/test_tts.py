@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from livekit.agents import APIConnectionError, APIConnectOptions, tts
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+from voice_gateway_wire.testing import Gateway, free_port
 
-from tests.gateway_process import Gateway, free_port
 from voice_gateway_livekit import TTS
 
 RATE = 24000
@@ -161,18 +161,3 @@ async def test_a_pooled_socket_closed_by_the_gateway_is_replaced(
         assert plugin.last_session_id != session
     finally:
         await plugin.aclose()
-
-
-def test_a_bare_language_names_the_voices_own() -> None:
-    from voice_gateway_livekit.wire import resolve_language
-
-    created = {
-        "voices": [{"name": "joe", "language": "en-US"}, {"name": "eva", "language": "de-DE"}]
-    }
-    assert resolve_language("en", created, None) == "en-US"
-    assert resolve_language("EN", created, "Joe") == "en-US"
-    assert resolve_language("de", created, "eva") == "de-DE"
-    assert resolve_language("fr", created, "joe") == "fr"  # the gateway refuses it
-    assert resolve_language("en_GB", created, "joe") == "en_GB"
-    assert resolve_language("auto", created, "joe") == "auto"
-    assert resolve_language(None, created, "joe") is None

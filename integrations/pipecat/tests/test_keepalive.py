@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from pipecat.frames.frames import ErrorFrame, TTSSpeakFrame, TTSStoppedFrame
+from voice_gateway_wire.testing import Gateway
 
-from tests.gateway_process import Gateway
 from tests.test_pipeline import pipeline
 
 QUIET_S = 4.5

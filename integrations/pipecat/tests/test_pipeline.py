@@ -33,8 +33,8 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.transcriptions.language import Language
 from pipecat.workers.runner import WorkerRunner
+from voice_gateway_wire.testing import Gateway
 
-from tests.gateway_process import Gateway
 from voice_gateway_pipecat import GatewayTTSService, GatewayTTSSettings
 
 PIPELINE_RATE = 16000
@@ -241,16 +241,8 @@ async def test_voice_change_between_turns(gateway: Gateway) -> None:
         assert not h.up.of(ErrorFrame)
 
 
-async def test_incompatible_protocol_is_an_error(gateway: Gateway) -> None:
-    from voice_gateway_pipecat.wire import ProtocolMismatch, check_protocol_version
-
-    with pytest.raises(ProtocolMismatch, match=r"2\.0\.0"):
-        check_protocol_version({"protocol_version": "2.0.0"})
-    assert check_protocol_version({"protocol_version": "1.7.3"}) == "1.7.3"
-
-
 async def test_gateway_down_is_reported_as_a_pipecat_error(gateway: Gateway) -> None:
-    from tests.gateway_process import free_port
+    from voice_gateway_wire.testing import free_port
 
     url = f"ws://127.0.0.1:{free_port()}/v1/audio/speech/stream"
 

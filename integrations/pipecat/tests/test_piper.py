@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pipecat.frames.frames import TTSAudioRawFrame, TTSSpeakFrame, TTSStoppedFrame, TTSTextFrame
 from pipecat.transcriptions.language import Language
+from voice_gateway_wire.testing import Gateway
 
-from tests.gateway_process import Gateway
 from tests.test_pipeline import PIPELINE_RATE, pipeline
 from voice_gateway_pipecat import GatewayTTSSettings
 

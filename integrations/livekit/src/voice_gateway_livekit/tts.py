@@ -38,13 +38,12 @@ from livekit.agents import (
     utils,
 )
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, TimedString
-
-from voice_gateway_livekit.wire import (
+from voice_gateway_wire.errors import error_status
+from voice_gateway_wire.frames import unpack_frame
+from voice_gateway_wire.session import (
     ProtocolMismatch,
     check_protocol_version,
     engine_gives_word_timings,
-    error_status,
-    parse_tagged,
     resolve_language,
     session_config,
 )
@@ -283,10 +282,10 @@ class _Context:
             except TimeoutError:
                 raise APITimeoutError("voice gateway sent nothing in time") from None
             if msg.type == aiohttp.WSMsgType.BINARY:
-                frame = parse_tagged(msg.data)
-                ours = frame.context_number == self.number
-                if ours and frame.payload and not frame.is_wav_header:
-                    self.emitter.push(frame.payload)
+                header, payload = unpack_frame(msg.data)
+                ours = header.context == self.number
+                if ours and payload and not header.is_wav_header:
+                    self.emitter.push(bytes(payload))
                 continue
             if msg.type != aiohttp.WSMsgType.TEXT:
                 raise APIConnectionError(

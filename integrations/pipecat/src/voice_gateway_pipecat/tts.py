@@ -29,17 +29,16 @@ from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.types import NOT_GIVEN, NotGiven, is_given
-from websockets.protocol import State
-
-from voice_gateway_pipecat.wire import (
+from voice_gateway_wire.frames import unpack_frame
+from voice_gateway_wire.session import (
     ProtocolMismatch,
     check_protocol_version,
     engine_gives_word_timings,
     native_rate,
-    parse_tagged,
     resolve_language,
     session_config,
 )
+from websockets.protocol import State
 
 DEFAULT_URL = "ws://127.0.0.1:8000/v1/audio/speech/stream"
 #: the longest wait for ``session.created`` / ``session.updated`` at connect
@@ -348,16 +347,16 @@ class GatewayTTSService(WebsocketTTSService):
                 await self._handle_event(json.loads(message))
 
     async def _handle_audio(self, data: bytes) -> None:
-        frame = parse_tagged(data)
-        context_id = self._numbers.get(frame.context_number)
-        if context_id is None or frame.is_wav_header or not frame.payload:
+        header, payload = unpack_frame(data)
+        context_id = self._numbers.get(header.context)
+        if context_id is None or header.is_wav_header or not payload:
             return
         if not self.audio_context_available(context_id):
             return  # interrupted: its audio is dropped until the cancel lands
         await self.append_to_audio_context(
             context_id,
             TTSAudioRawFrame(
-                audio=frame.payload,
+                audio=bytes(payload),
                 sample_rate=self.sample_rate,
                 num_channels=1,
                 context_id=context_id,

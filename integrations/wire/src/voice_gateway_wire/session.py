@@ -1,79 +1,20 @@
-"""The gateway's wire protocol as this plugin uses it: pure, no I/O.
+"""What an agent plugin reads from ``session.created`` and the ``session.config`` it sends.
 
-The reference is the gateway's ``docs/protocol.md``; the tagged binary
-header is ``<BBHIIQ`` (version, flags, context number, utterance index,
-sequence number, sample offset), 20 bytes, little-endian.
+Pure, no I/O.  The reference is the gateway's ``docs/protocol.md``.
 """
 
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass
 from typing import Any
 
-#: the protocol major version this plugin speaks
+#: the protocol major version this package speaks
 PROTOCOL_MAJOR = 1
-TAGGED_HEADER = struct.Struct("<BBHIIQ")
-TAGGED_VERSION = 1
-FLAG_WAV_HEADER = 0x04
 #: frames sent by the gateway; 20 ms is its recommended low-latency frame
 FRAME_MS = 20
-
-#: the gateway's error registry: code -> HTTP status (docs/protocol.md#errors),
-#: so LiveKit's retry logic treats a refusal like the HTTP API's answer
-ERROR_STATUS = {
-    "invalid_json": 400,
-    "invalid_message": 400,
-    "unknown_type": 400,
-    "invalid_config": 400,
-    "unknown_voice": 400,
-    "unsupported_option": 400,
-    "invalid_state": 409,
-    "text_too_long": 400,
-    "message_too_large": 413,
-    "unauthorized": 401,
-    "origin_not_allowed": 403,
-    "busy": 503,
-    "rate_limited": 429,
-    "timeout": 408,
-    "internal": 500,
-}
-
-
-def error_status(code: object) -> int:
-    """HTTP status of a gateway error code (500 for one this plugin does not know)."""
-    return ERROR_STATUS.get(str(code), 500)
 
 
 class ProtocolMismatch(Exception):
     """The server speaks a protocol version this plugin cannot use."""
-
-
-@dataclass(frozen=True)
-class TaggedFrame:
-    context_number: int
-    utterance_index: int
-    sequence: int
-    sample_offset: int
-    is_wav_header: bool
-    payload: bytes
-
-
-def parse_tagged(data: bytes) -> TaggedFrame:
-    """Split a tagged binary message into its header fields and payload."""
-    if len(data) < TAGGED_HEADER.size:
-        raise ValueError(f"binary message of {len(data)} bytes is shorter than its header")
-    version, flags, number, utterance, sequence, offset = TAGGED_HEADER.unpack_from(data)
-    if version != TAGGED_VERSION:
-        raise ValueError(f"unknown tagged header version {version}")
-    return TaggedFrame(
-        context_number=number,
-        utterance_index=utterance,
-        sequence=sequence,
-        sample_offset=offset,
-        is_wav_header=bool(flags & FLAG_WAV_HEADER),
-        payload=data[TAGGED_HEADER.size :],
-    )
 
 
 def check_protocol_version(created: dict[str, Any]) -> str:

@@ -1,9 +1,10 @@
-"""A real gateway process on loopback, started from this repository.
+"""Test support for the plugins: a real gateway process on loopback.
 
-``python -m gateway serve`` runs with the gateway's own interpreter
-(``VOICE_GATEWAY_PYTHON``, default the repository's ``.venv/bin/python``), so
-the framework under test and the gateway never share an environment.  Its
-output goes to a log file the tests read (a pipe could fill up).
+``python -m gateway serve`` runs from a checkout of the gateway (``root``)
+with the gateway's own interpreter (``VOICE_GATEWAY_PYTHON``, default the
+checkout's ``.venv/bin/python``), so the framework under test and the gateway
+never share an environment.  Its output goes to a log file the tests read (a
+pipe could fill up).  Standard library only; both plugins' test suites use it.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+#: the longest a gateway may take to answer ``/readyz`` (Piper loads its voice)
+READY_TIMEOUT_S = 180.0
 
 
-def gateway_python() -> str:
-    return os.environ.get("VOICE_GATEWAY_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+def gateway_python(root: Path) -> str:
+    """The interpreter that runs the gateway: ``VOICE_GATEWAY_PYTHON``, else
+    the checkout's ``.venv/bin/python``."""
+    return os.environ.get("VOICE_GATEWAY_PYTHON", str(root / ".venv" / "bin" / "python"))
 
 
 @dataclass
@@ -61,26 +65,29 @@ def free_port() -> int:
 
 
 @contextmanager
-def gateway_process(data_dir: Path, **settings: object) -> Iterator[Gateway]:
+def gateway_process(root: Path, data_dir: Path, **settings: object) -> Iterator[Gateway]:
+    """``python -m gateway serve`` from the checkout ``root`` on a free port,
+    each keyword a ``GATEWAY_*`` setting; ready (``/readyz``) when yielded,
+    stopped with SIGTERM (then SIGKILL) after."""
     port = free_port()
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(root),
         "GATEWAY_DATA_DIR": str(data_dir),
         **{f"GATEWAY_{name.upper()}": str(value) for name, value in settings.items()},
     }
     log = data_dir / f"gateway-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [gateway_python(), "-m", "gateway", "serve", "--port", str(port)],
-            cwd=ROOT,
+            [gateway_python(root), "-m", "gateway", "serve", "--port", str(port)],
+            cwd=root,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     gateway = Gateway(proc, port, log)
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             assert proc.poll() is None, gateway.output()
             assert time.monotonic() < deadline, "gateway did not become ready"

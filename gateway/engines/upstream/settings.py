@@ -1,0 +1,52 @@
+"""``[upstream]``: the upstream engine's settings section, a replica pool's
+fields (``pool.settings.PoolSettings``) and the relay's own.
+
+This module does no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import msgspec
+
+from gateway.engines.pool.settings import PoolSettings
+from gateway.engines.section import check
+
+
+class UpstreamSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
+    """``[upstream]``: the ``upstream`` engine's pool of OpenAI-compatible
+    speech servers (``docs/engine.md``, ``docs/deployment.md``); the pool's
+    fields are ``PoolSettings``'."""
+
+    SECTION: ClassVar[str] = "upstream"
+
+    #: the upstream's output rate in Hz; 0: read from a WAV header at start
+    native_rate: int = 0
+    response_format: Literal["pcm", "wav"] = "pcm"
+    stream_format: Literal["audio", "sse"] = "audio"
+    #: voices to list when the upstream has no ``GET /v1/audio/voices`` (OpenAI)
+    voices: list[str] = msgspec.field(default_factory=list)
+    #: BCP-47 tags the upstream's voices speak (first: its voices' language)
+    languages: list[str] = msgspec.field(default_factory=lambda: ["en-US"])
+    #: the upstream honours ``instructions`` (passed through when set)
+    instructions: bool = False
+    #: the upstream clones from ``ref_audio``/``ref_text`` (passed through)
+    cloning: bool = False
+    #: send ``language`` with each request (vllm-omni's Qwen3-TTS takes it)
+    send_language: bool = False
+    #: send ``sample_rate`` (the voice's native rate) so the upstream does not
+    #: resample (this gateway takes it; OpenAI and vllm-omni do not)
+    send_sample_rate: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(
+            [
+                (
+                    self.native_rate == 0 or 8000 <= self.native_rate <= 192_000,
+                    "upstream.native_rate must be 0 or 8000 to 192000",
+                ),
+                (bool(self.languages), "upstream.languages must not be empty"),
+            ]
+        )
