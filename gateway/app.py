@@ -50,7 +50,11 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     state: GatewayState = request.app.state.gateway
     if state.ready and not state.shutting_down and state.engine.ready():
-        return JSONResponse({"status": "ready", "engine": state.engine.name})
+        # saturated (requests waiting for a slot) is still ready: see docs/deployment.md
+        saturated = bool(state.admission.queue.depth or state.http_admission.queue.depth)
+        return JSONResponse(
+            {"status": "ready", "engine": state.engine.name, "saturated": saturated}
+        )
     status = (
         "shutting_down"
         if state.shutting_down

@@ -143,6 +143,9 @@ class Client:
         self.max_queued = max_queued
         self.headers = headers or {}
         self.open_timeout_s = open_timeout_s
+        #: the local address to connect from (``127.0.0.x`` in the benchmark's
+        #: overload scenario, so the server sees several clients); None: any
+        self.local_host: str | None = None
         self.state = State.CONNECTING
         self.session: SessionCreated | None = None
         self.config: EffectiveConfig | None = None
@@ -169,8 +172,10 @@ class Client:
         api_key: str | None = None,
         max_queued: int = DEFAULT_MAX_QUEUED,
         open_timeout_s: float = 30.0,
+        local_host: str | None = None,
     ) -> Client:
-        """Open a session and apply ``config`` (default ``LOW_LATENCY``)."""
+        """Open a session and apply ``config`` (default ``LOW_LATENCY``);
+        ``local_host``: connect from this local address."""
         config = msgspec.structs.replace(config or LOW_LATENCY)
         if voice is not None:
             config = msgspec.structs.replace(config, voice=voice)
@@ -178,6 +183,7 @@ class Client:
         client = cls(
             url, config, max_queued=max_queued, headers=headers, open_timeout_s=open_timeout_s
         )
+        client.local_host = local_host
         await client._open()
         return client
 
@@ -196,6 +202,8 @@ class Client:
                 compression=None,
                 additional_headers=self.headers,
                 max_queue=16,
+                # passed on to loop.create_connection
+                local_addr=None if self.local_host is None else (self.local_host, 0),
             )
             first = server_decoder.decode(await self._ws.recv())
             if isinstance(first, Error):

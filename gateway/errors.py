@@ -58,6 +58,7 @@ class ErrorCode(enum.StrEnum):
     BUSY = "busy"
     RATE_LIMITED = "rate_limited"
     TIMEOUT = "timeout"
+    LISTENER_SILENT = "listener_silent"
     ENGINE_REFUSED = "engine_refused"
     INVALID_SSML = "invalid_ssml"
     INTERNAL = "internal"
@@ -129,7 +130,8 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         CloseCode.TRY_AGAIN,
         503,
         "server_error",
-        "The server is at capacity; the utterance or session was refused.",
+        "The server is at capacity (or draining); the utterance or session was refused."
+        " A refused utterance carries `retry_after_ms`, an HTTP response `Retry-After`.",
     ),
     ErrorCode.RATE_LIMITED: ErrorSpec(
         "never",
@@ -144,6 +146,14 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         408,
         _BAD,
         "A config, idle or stall timeout expired (close 4001, 4002 or 4008).",
+    ),
+    ErrorCode.LISTENER_SILENT: ErrorSpec(
+        "never",
+        None,
+        408,
+        _BAD,
+        'Under `flow_control: "ack"` audio waited `ack_timeout_s` on a closed window with no'
+        " `playback` report: the utterance was cancelled (and reported) and its slot released.",
     ),
     ErrorCode.ENGINE_REFUSED: ErrorSpec(
         "never",
@@ -174,11 +184,20 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
 class GatewayError(Exception):
     """An error with a registry code and a message a person can act on."""
 
-    def __init__(self, code: ErrorCode, message: str, *, param: str | None = None) -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        param: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.param = param
+        #: a ``busy`` refusal's retry advice (``retry_after_ms``, ``Retry-After``)
+        self.retry_after_s = retry_after_s
 
 
 class SettingsError(ValueError):

@@ -315,6 +315,9 @@ class UtteranceMetrics(msgspec.Struct, kw_only=True):
     compute_ms: float  #: engine time (acoustic + decode)
     compute_rtf: float  #: compute_ms / audio_ms
     sentences: int
+    #: time its first committed segment waited for a stream slot (protocol
+    #: 1.3); part of ``first_audio_ms``
+    admission_wait_ms: float = 0.0
 
 
 class SessionDone(_Message, tag="session.done", kw_only=True):
@@ -357,6 +360,8 @@ class Error(_Message, tag="error", kw_only=True):
     action: str | None = None
     #: the ``request_id`` of the ``voice.*`` request that was refused
     request_id: RequestId = None
+    #: on ``busy`` for an utterance (protocol 1.3): milliseconds to wait before retrying
+    retry_after_ms: int | None = None
 
 
 ServerMessage = (

@@ -119,18 +119,31 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     max_utterance_chars: int = 20_000
     max_contexts: int = 8
     max_sessions: int = 64
-    max_sessions_per_client: int = 16
+    #: sessions per client address: as many as the server holds, so one
+    #: benchmark or proxy client is not capped below what it can serve
+    #: (fairness among clients is the admission queue's round-robin)
+    max_sessions_per_client: int = 64
     #: sessions per agent API key (``agent_api_keys``), whatever the address
     max_sessions_per_agent_key: int = 64
     #: client messages per second per session; beyond it they are dropped
     max_messages_per_second: int = 100
     #: new connections per minute per client address
     max_connections_per_minute: int = 120
-    #: utterances streaming at once across the server; beyond it ``busy``
-    max_active_streams: int = 16
+    #: utterances streaming at once across the server; beyond it they wait
+    #: in the admission queue (docs/configuration.md, "Sizing admission")
+    max_active_streams: int = 20
     #: of those, the most one WebSocket session may hold at once (a slot is
     #: held only while committed text is synthesized or queued)
     max_streams_per_session: int = 4
+    #: requests (utterances, HTTP responses) that may wait for a slot, per
+    #: surface; beyond it ``busy`` at once (0: no queue, refuse when full)
+    admission_queue_length: int = 64
+    #: the longest a request waits for a slot before ``busy`` (with retry advice)
+    admission_deadline_s: float = 3.0
+    #: under ``flow_control: "ack"``, how long audio may wait on a closed
+    #: window with no ``playback`` report before the utterance is cancelled
+    #: (``error`` ``listener_silent``) and its slot released
+    ack_timeout_s: float = 10.0
     #: decoded but unsent audio per session before decode pauses
     max_buffered_ms: int = 2000
     config_timeout_s: float = 10.0
@@ -144,7 +157,8 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
         default_factory=lambda: [f"{name}=default" for name in OPENAI_VOICES]
     )
     #: HTTP speech responses and batch items synthesizing at once; beyond it
-    #: a request is refused with ``busy`` (batch items wait for a slot).  A
+    #: a request waits in the admission queue (batch items wait as long as
+    #: needed), refused with ``busy`` past ``admission_deadline_s``.  A
     #: response whose client stops reading is abandoned after
     #: ``stall_timeout_s``, like a WebSocket
     max_http_streams: int = 8
@@ -158,8 +172,9 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     batch_concurrency: int = 4
     #: HTTP API requests per minute per client address; beyond it ``rate_limited``
     max_http_requests_per_minute: int = 1200
-    #: HTTP API requests in progress at once per client address
-    max_http_requests_per_client: int = 16
+    #: HTTP API requests in progress at once per client address (waiting for
+    #: a slot included): enough for one benchmark client at concurrency 16 and more
+    max_http_requests_per_client: int = 64
     #: parts of a ``multipart/form-data`` voice upload
     max_form_parts: int = 16
 
@@ -178,6 +193,9 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
             (self.max_sessions_per_agent_key >= 1, "max_sessions_per_agent_key must be >= 1"),
             (self.max_active_streams >= 1, "max_active_streams must be >= 1"),
             (self.max_streams_per_session >= 1, "max_streams_per_session must be >= 1"),
+            (self.admission_queue_length >= 0, "admission_queue_length must be >= 0"),
+            (self.admission_deadline_s >= 0, "admission_deadline_s must be >= 0"),
+            (self.ack_timeout_s > 0, "ack_timeout_s must be > 0"),
             (self.max_messages_per_second >= 1, "max_messages_per_second must be >= 1"),
             (self.max_connections_per_minute >= 1, "max_connections_per_minute must be >= 1"),
             (self.max_buffered_ms >= 100, "max_buffered_ms must be >= 100"),

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from gateway.engines.base import Engine
 from gateway.errors import CloseCode
-from gateway.flow.admission import Admission
+from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
 from gateway.settings import Settings
 from gateway.text.stage import Lexicon
@@ -64,18 +64,24 @@ class GatewayState:
     #: the server's pronunciation lexicon (``lexicon_file``), read at start
     lexicon: Lexicon = ()
     #: utterances streaming at once over WebSockets (``max_active_streams``)
-    admission: Admission = field(init=False)
+    admission: AdmissionGate = field(init=False)
     #: HTTP speech responses in progress (``max_http_streams``)
-    http_admission: Admission = field(init=False)
+    http_admission: AdmissionGate = field(init=False)
 
     def __post_init__(self) -> None:
-        self.admission = Admission(
-            self.settings.max_active_streams,
-            self.metrics.streams_active,
-            per_holder=self.settings.max_streams_per_session,
+        s = self.settings
+        self.admission = AdmissionGate(
+            SlotQueue(
+                s.max_active_streams,
+                s.admission_queue_length,
+                s.admission_deadline_s,
+                per_holder=s.max_streams_per_session,
+            ),
+            self.metrics.admission("ws"),
         )
-        self.http_admission = Admission(
-            self.settings.max_http_streams, self.metrics.http_streams_active
+        self.http_admission = AdmissionGate(
+            SlotQueue(s.max_http_streams, s.admission_queue_length, s.admission_deadline_s),
+            self.metrics.admission("http"),
         )
 
     async def drain(self) -> None:
@@ -84,6 +90,8 @@ class GatewayState:
         finish for up to ``drain_timeout_s``, then close every session with
         1001 (reporting what was still in progress)."""
         self.shutting_down = True
+        self.admission.begin_drain()
+        self.http_admission.begin_drain()
         sessions = list(self.live_sessions)
         log.info("draining %d sessions (up to %g s)", len(sessions), self.settings.drain_timeout_s)
         for session in sessions:

@@ -64,8 +64,61 @@ async def _hold_slot(ws: object, context_id: str | None = None) -> None:
     await recv_until(ws, Transcript(), stop="audio.start", limit_s=20)  # type: ignore[arg-type]
 
 
-async def test_active_streams_admission(server_factory: Callable[..., RunningServer]) -> None:
-    server = server_factory(max_active_streams=1)
+async def test_an_utterance_beyond_the_slots_waits_and_is_then_served(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(max_active_streams=1, admission_deadline_s=30.0)
+    async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
+        await a.recv()
+        await b.recv()
+        await send(a, type="session.config", **HELD)
+        await a.recv()
+        await _hold_slot(a)
+        await send(b, type="input.text", text="I wait for a slot.")
+        await send(b, type="input.done")
+        async with asyncio.timeout(10):
+            while server.state.admission.queue.depth != 1:
+                await asyncio.sleep(0.01)
+        # the first session cancels; its slot goes to the waiting utterance
+        await send(a, type="cancel")
+        await recv_until(a, Transcript(), limit_s=20)
+        t = await recv_until(b, Transcript(), limit_s=30)
+        assert not t.of("error")
+        (done,) = t.of("session.done")
+        assert done["total_sentences"] == 1 and not done["cancelled"]
+        assert done["metrics"]["admission_wait_ms"] > 0
+        assert done["metrics"]["first_audio_ms"] >= done["metrics"]["admission_wait_ms"]
+    assert server.state.admission.active == 0
+
+
+async def test_an_utterance_past_the_deadline_is_busy_with_retry_advice(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(max_active_streams=1, admission_deadline_s=0.3)
+    async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
+        await a.recv()
+        await b.recv()
+        await send(a, type="session.config", **HELD)
+        await a.recv()
+        await _hold_slot(a)
+        await send(b, type="input.text", text="No room for me.")
+        await send(b, type="input.done")
+        error = await _busy(b)
+        assert error["retry_after_ms"] == 1000 and "within 0.3 s" in str(error["message"])
+        t = await recv_until(b, Transcript(), limit_s=10)
+        (cancelled,) = t.of("audio.cancelled")
+        assert cancelled["unspoken_text"] == "No room for me." and cancelled["spoken_text"] == ""
+        assert t.of("session.done")[0]["cancelled"]
+        assert server.state.admission.queue.depth == 0
+        await send(a, type="cancel")
+        await recv_until(a, Transcript(), limit_s=20)
+    assert server.state.admission.active == 0
+
+
+async def test_without_a_queue_text_beyond_the_slots_is_refused(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(max_active_streams=1, admission_queue_length=0)
     async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
         await a.recv()
         await b.recv()
@@ -74,7 +127,7 @@ async def test_active_streams_admission(server_factory: Callable[..., RunningSer
         await _hold_slot(a)
         await send(b, type="input.text", text="No room for me.")
         error = await _busy(b)
-        assert "not accepted" in str(error["message"])
+        assert "not accepted" in str(error["message"]) and error["retry_after_ms"] == 3000
         # the first session cancels; then the second may speak
         await send(a, type="cancel")
         await recv_until(a, Transcript(), limit_s=20)
@@ -85,13 +138,42 @@ async def test_active_streams_admission(server_factory: Callable[..., RunningSer
     assert server.state.admission.active == 0
 
 
+async def test_a_silent_ack_listener_is_told_and_releases_its_slot(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    """``flow_control: "ack"`` with no ``playback``: after ``ack_timeout_s``
+    the utterance is cancelled and reported, the client gets
+    ``listener_silent`` and the slot is free for another session."""
+    server = server_factory(max_active_streams=1, ack_timeout_s=0.5)
+    async with await open_ws(server.ws_url) as a:
+        await a.recv()
+        await send(a, type="session.config", **HELD)
+        await a.recv()
+        await _hold_slot(a)
+        assert server.state.admission.active == 1
+        t = await recv_until(a, Transcript(), stop="session.done", limit_s=20)
+        (error,) = t.of("error")
+        assert error["code"] == "listener_silent" and error["fatal"] is False
+        (cancelled,) = t.of("audio.cancelled")
+        assert cancelled["position_source"] == "played_ms" and cancelled["unspoken_text"]
+        assert t.of("session.done")[0]["cancelled"]
+        assert server.state.admission.active == 0
+        # the session goes on: a client that reports is served
+        await send(a, type="session.config", flow_control="none")
+        await a.recv()
+        await send(a, type="input.text", text="Now I listen.")
+        await send(a, type="input.done")
+        t = await recv_until(a, Transcript(), limit_s=30)
+        assert not t.of("error") and not t.of("session.done")[0]["cancelled"]
+
+
 async def test_idle_unfinished_utterances_hold_no_stream_slot(
     server_factory: Callable[..., RunningServer],
 ) -> None:
     """Two sessions, 8 contexts each holding an unfinished utterance (no
-    flush), used to take all 16 server-wide slots; now they hold none."""
+    flush), used to take 16 server-wide slots; now they hold none."""
     server = server_factory()
-    assert server.settings.max_active_streams == 16 and server.settings.max_contexts == 8
+    assert server.settings.max_active_streams >= 16 and server.settings.max_contexts == 8
     holders = [await open_ws(server.ws_url) for _ in range(2)]
     try:
         for ws in holders:

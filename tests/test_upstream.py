@@ -109,7 +109,11 @@ def assert_same_audio(got: bytes, want: bytes) -> None:
 
 async def test_relayed_audio_is_the_upstreams_own(replicas: list[ServeProcess]) -> None:
     with front([r.base for r in replicas]) as gw:
-        assert (await get(gw.http + "/readyz")).json() == {"status": "ready", "engine": "upstream"}
+        assert (await get(gw.http + "/readyz")).json() == {
+            "status": "ready",
+            "engine": "upstream",
+            "saturated": False,
+        }
         voices = (await get(gw.http + "/v1/audio/voices")).json()
         tone = next(v for v in voices["data"] if v["name"] == "tone")
         assert tone["sample_rate"] == 22050 and tone["engine"] == "upstream"

@@ -42,7 +42,7 @@ from gateway.client import AudioFrame, Client, Disconnected, frame_ms
 from gateway.protocol import AudioCancelled, AudioStart, Error, SessionConfig, SessionDone
 from gateway.text.segmenter import Segmenter, end_kind
 
-Scenario = Literal["flush", "llm", "barge-in", "capacity"]
+Scenario = Literal["flush", "llm", "barge-in", "capacity", "overload"]
 
 
 @dataclass
@@ -85,6 +85,9 @@ class Record:
     last_frame_at: float | None = None
     cancelled: bool = False
     error: str | None = None
+    error_at: float | None = None  #: when the (first) error event arrived
+    #: a ``busy`` refusal's retry advice (the overload scenario)
+    retry_after_ms: int | None = None
 
     def pieces(self) -> list[Piece]:
         if self.ready_at is not None:
@@ -124,6 +127,12 @@ class Record:
             "subclause_cuts": sum(1 for t in self.sentences[:-1] if end_kind(t) is None),
             "error": self.error,
         }
+        if self.scenario == "overload":
+            out.update(
+                busy=bool(self.error and self.error.startswith("busy")),
+                retry_after_ms=self.retry_after_ms,
+                answered_after_first_text_ms=ms(self.error_at, first_send),
+            )
         if self.scenario == "barge-in":
             out.update(
                 cancelled=self.cancelled,
@@ -197,14 +206,17 @@ class GatewayUser:
 
     name = "gateway"
 
-    def __init__(self, url: str, voice: str | None = None) -> None:
+    def __init__(self, url: str, voice: str | None = None, local_host: str | None = None) -> None:
         self.url = url
         self.voice = voice
+        self.local_host = local_host
         self.client: Client | None = None
 
     async def open(self) -> None:
         config = SessionConfig(response_format="pcm", stream_audio=True, frame_ms=20)
-        self.client = await Client.connect(self.url, config, voice=self.voice)
+        self.client = await Client.connect(
+            self.url, config, voice=self.voice, local_host=self.local_host
+        )
         # drain session.updated (and anything else) left by the handshake
         while self.client.queued:
             await self.client.next_event(1.0)
@@ -261,6 +273,9 @@ class GatewayUser:
                                 record.server_first_audio_ms = event.metrics.first_audio_ms
                             break
                         case Error():
+                            if record.error is None:
+                                record.error_at = time.perf_counter()
+                                record.retry_after_ms = event.retry_after_ms
                             record.error = f"{event.code}: {event.message}"
                             if event.fatal:
                                 break

@@ -94,6 +94,22 @@ def summary_table(lines: Sequence[dict[str, Any]]) -> str:
             + "; steps: "
             + ", ".join(_step(s) for s in cap["steps"])
         )
+    for load in (line for line in lines if line["kind"] == "http_load"):
+        ttfp = load["ttfp_ms"]
+        text += (
+            f"\nhttp-load x{load['level']}: {load['requests']} requests, {load['failed']} failed"
+            f" ({load['busy_503']} busy); ttfp p50 {_fmt(ttfp['p50'])} p95 {_fmt(ttfp['p95'])}"
+            f" p99 {_fmt(ttfp['p99'])} ms"
+        )
+    for over in (line for line in lines if line["kind"] == "overload"):
+        busy_ms = over["busy_answered_after_first_text_ms"]
+        text += (
+            f"\noverload {over['level']} sessions: {over['admitted']} admitted"
+            f" ({over['admitted_with_gap']} with a gap), {over['busy']} busy"
+            f" ({over['busy_with_retry_advice']} with retry advice, answered by"
+            f" {_fmt(busy_ms['max'])} ms), other errors {over['other_errors']}; RSS MiB"
+            f" {over['rss_mib']}"
+        )
     for h in (line for line in lines if line["kind"] == "harness"):
         text += f"\nharness CPU {h['cpu_s']} s over {h['wall_s']} s wall"
     return text

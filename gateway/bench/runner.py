@@ -30,7 +30,7 @@ from typing import Any, Protocol, TextIO
 
 from websockets.exceptions import ConnectionClosed
 
-from gateway.bench import corpus
+from gateway.bench import corpus, load
 from gateway.bench.drivers import (
     GatewayUser,
     Pacing,
@@ -49,8 +49,12 @@ SCENARIO_HELP: dict[str, str] = {
     "llm": "a reply as LLM tokens at --token-rate; first audio from the first token",
     "barge-in": "a long reply, cancelled after its first audio; cancel latency",
     "capacity": "the llm workload at each of --levels concurrent sessions, until one fails",
+    "http-load": "vllm-omni's TTS benchmark payload over HTTP at each --http-levels (gateway only)",
+    "overload": "--overload-sessions llm sessions arriving at once from several addresses",
 }
 SCENARIOS = tuple(SCENARIO_HELP)
+#: what runs without --scenarios (the load scenarios are asked for by name)
+DEFAULT_SCENARIOS = ("flush", "llm", "barge-in", "capacity")
 PEERS = ("piper", "wyoming")
 STREAM_PATH = "/v1/audio/speech/stream"
 #: the wyoming-piper release the harness installs when it creates its venv
@@ -381,6 +385,7 @@ async def _measure(
     make_user: Callable[[], User],
     sink: Sink,
     timelines: int,
+    server: ServerUnderTest | None = None,
 ) -> None:
     pacing_llm = Pacing(streamed=True, token_rate=args.token_rate, jitter=args.jitter)
     flush = Pacing(streamed=False)
@@ -402,6 +407,10 @@ async def _measure(
         if scenario == "capacity":
             capacity_pacing = pacing_llm if args.capacity_pacing == "llm" else flush
             await _capacity(args, target, make_user, sink, capacity_pacing)
+            continue
+        if scenario in ("http-load", "overload"):
+            if server is not None:  # the gateway's own surfaces: no peer has them
+                await _load(args, scenario, server, sink, pacing_llm)
             continue
         users = 1 if scenario == "barge-in" else args.users
         texts = workload(scenario, users, args.utterances, args.seed, args.corpus)
@@ -425,6 +434,45 @@ async def _measure(
             if scenario == "llm":
                 sink.write(r.timeline())
         sink.write(summary_line(target, scenario, users, measures))
+
+
+class ServerUnderTest:
+    """The gateway being measured: its WebSocket URL, HTTP base and (when
+    started here) its process id, for RSS."""
+
+    def __init__(self, ws_url: str, pid: int | None) -> None:
+        self.ws_url = ws_url
+        scheme, _, rest = ws_url.partition("://")
+        self.http_base = ("https" if scheme == "wss" else "http") + "://" + rest.split("/")[0]
+        self.pid = pid
+
+
+async def _load(
+    args: argparse.Namespace,
+    scenario: str,
+    server: ServerUnderTest,
+    sink: Sink,
+    pacing: Pacing,
+) -> None:
+    if scenario == "http-load":
+        lines = await load.http_load(
+            server.http_base, args.http_levels, args.http_requests, args.seed, args.voice or "joe"
+        )
+    else:
+        lines = await load.overload(
+            server.ws_url,
+            sessions=args.overload_sessions,
+            arrival_s=args.overload_arrival_s,
+            addresses=args.overload_addresses,
+            pacing=pacing,
+            seed=args.seed,
+            prebuffer_ms=args.prebuffer_ms,
+            server_pid=server.pid,
+            settle_s=args.overload_settle_s,
+            voice=args.voice,
+        )
+    for line in lines:
+        sink.write(line)
 
 
 async def _capacity(
@@ -581,8 +629,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--scenarios",
-        default=",".join(SCENARIOS),
-        help=f"comma-separated, from: {', '.join(SCENARIOS)} (described below)",
+        default=",".join(DEFAULT_SCENARIOS),
+        help=f"comma-separated, from: {', '.join(SCENARIOS)} (described below; default:"
+        f" {','.join(DEFAULT_SCENARIOS)})",
     )
     parser.add_argument(
         "--corpus",
@@ -596,7 +645,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-rate", type=float, default=20.0, help="llm tokens per second")
     parser.add_argument("--jitter", type=float, default=0.5, help="relative, uniform ±")
     parser.add_argument("--prebuffer-ms", type=float, default=0.0)
-    parser.add_argument("--levels", default="1,2,4,6,8,12,16", help="capacity concurrency steps")
+    parser.add_argument("--levels", default="1,2,4,6,8,12,16,20", help="capacity concurrency steps")
     parser.add_argument("--capacity-utterances", type=int, default=3, help="per user and step")
     parser.add_argument(
         "--capacity-pacing",
@@ -609,6 +658,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         help="spread the users' first utterances over this many seconds (0: all at once)",
+    )
+    parser.add_argument("--http-levels", default="1,4,10,16", help="http-load concurrency steps")
+    parser.add_argument("--http-requests", type=int, default=24, help="http-load per level")
+    parser.add_argument("--overload-sessions", type=int, default=40)
+    parser.add_argument(
+        "--overload-arrival-s", type=float, default=3.0, help="overload sessions start within"
+    )
+    parser.add_argument(
+        "--overload-addresses",
+        type=int,
+        default=8,
+        help="overload sessions connect from 127.0.0.1 .. 127.0.0.N (round robin)",
+    )
+    parser.add_argument(
+        "--overload-settle-s",
+        type=float,
+        default=60.0,
+        help="after overload, wait this long and read the server's RSS again",
     )
     parser.add_argument("--ttfa-target-ms", type=float, default=1000.0)
     parser.add_argument(
@@ -634,7 +701,8 @@ async def _run(args: argparse.Namespace, sink: Sink, log_dir: Path) -> None:
 
     server_cpu: dict[str, float | None] = {}
     if args.url:
-        await _measure(args, target, gateway_user(args.url), sink, args.timelines)
+        server = ServerUnderTest(args.url, None)
+        await _measure(args, target, gateway_user(args.url), sink, args.timelines, server)
     else:
         port = free_port()
         with started(
@@ -642,7 +710,8 @@ async def _run(args: argparse.Namespace, sink: Sink, log_dir: Path) -> None:
         ) as proc:
             url = f"ws://127.0.0.1:{port}{STREAM_PATH}"
             before = _proc_cpu_s(proc.pid)
-            await _measure(args, target, gateway_user(url), sink, args.timelines)
+            server = ServerUnderTest(url, proc.pid)
+            await _measure(args, target, gateway_user(url), sink, args.timelines, server)
             after = _proc_cpu_s(proc.pid)
             server_cpu[target] = None if before is None or after is None else after - before
     peers = args.peer or []
@@ -677,6 +746,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: unknown scenario(s) {sorted(unknown)}; known: {SCENARIOS}", file=sys.stderr)
         return 2
     args.levels = [int(x) for x in str(args.levels).split(",") if x.strip()]
+    args.http_levels = [int(x) for x in str(args.http_levels).split(",") if x.strip()]
     args.capacity_report_ms = sorted(
         {float(x) for x in str(args.capacity_report_ms).split(",") if x.strip()}
         | {args.ttfa_target_ms}

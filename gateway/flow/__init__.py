@@ -12,9 +12,10 @@ Everything that bounds how much a client may make the server hold or do:
   ``stall_timeout_s`` for the client to read closes the connection with
   4008); the transport-specific close itself is in ``gateway.ws.outbound``
   (WebSocket) and ``gateway.http.outbound`` (HTTP responses);
-* ``admission``: ``Admission``, how many utterances (WebSocket) or responses
-  (HTTP) synthesize at once across the server, and how many one session may
-  hold (``max_streams_per_session``).
+* ``admission``: ``SlotQueue`` and ``AdmissionGate``, how many utterances
+  (WebSocket) or responses (HTTP) synthesize at once across the server, how
+  many one session may hold (``max_streams_per_session``), and the bounded,
+  fair queue with a deadline in front of the slots.
 
 The transport's own write backpressure (a bounded send buffer) is in
 ``gateway.ws.outbound``; the engine-side bound on audio a job holds before the

@@ -1,105 +1,367 @@
-"""Admission: how much synthesis the server runs at once.
+"""Admission: how much synthesis the server runs at once, and who waits.
 
-One ``Admission`` counts WebSocket utterances streaming at once
-(``max_active_streams``, on ``gateway_streams_active``); another counts HTTP
-speech responses (``max_http_streams``, on ``gateway_http_streams_active``).
-A live request that finds no room is refused with ``busy`` at once
-(``try_acquire``) rather than slowing everyone; batch items wait their turn
-(``acquire``), first come first served.  Limits come from measured capacity.
+One mechanism for both surfaces: a ``SlotQueue`` counts WebSocket utterances
+streaming at once (``max_active_streams``) and another HTTP speech responses
+(``max_http_streams``).  In front of the slots sits a bounded queue with a
+deadline: a request that finds every slot taken waits (at most
+``admission_queue_length`` requests wait per surface, each at most
+``admission_deadline_s``) rather than being refused at once; past the
+deadline, with the queue full or while the server drains, it is refused
+with ``busy`` and retry advice (``retry_after_s``).
 
-Holders and shares.  ``try_acquire(holder)`` also caps the slots one holder
-(a WebSocket session) may hold at once at ``per_holder``
-(``max_streams_per_session``), so a few clients cannot take every slot;
-``release(holder=...)`` gives them back.  Slots taken without a holder
-(HTTP, batch) count only towards ``limit``.
+Fairness is work-conserving.  A client (an address, or an agent key when one
+is presented) alone may use every slot: a request takes a free slot at once
+whenever nobody waits.  While requests wait, each freed slot goes to the next
+client in round-robin order among the clients with a waiting request (the
+order in which they began waiting), first come first served within a
+client.  The share: with ``k`` clients waiting, each receives every ``k``-th
+freed slot, whatever it already holds, so as holders finish the slots
+converge to ``limit / k`` each; a client with one request waiting is never
+behind more than ``k - 1`` grants.
 
-Event-loop only (not thread-safe).
+Holders.  A ticket may name a holder (a WebSocket session); a holder's held
+and waiting tickets together are capped at ``per_holder``
+(``max_streams_per_session``), refused at once with ``"share"``.
+
+``SlotQueue`` is pure (no clock, no I/O, no asyncio: the caller passes
+``now``), table-tested in ``tests/flow/test_admission.py``.  ``AdmissionGate``
+is the thin event-loop layer: it reads the clock, arms one timer for the
+earliest deadline, tells a ticket's owner of its grant or refusal
+(``Ticket.notify``, called soon on the loop, never inside the caller's
+stack) and keeps the surface's metrics.  Event-loop only (not thread-safe).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections import deque
-from typing import Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+#: why a ticket was refused: ``share`` (its holder has its share), ``full``
+#: (every slot taken and the queue full, or no queue), ``deadline`` (it
+#: waited ``deadline_s``), ``draining`` (the server is shutting down)
+Refusal = Literal["share", "full", "deadline", "draining"]
+TicketState = Literal["waiting", "granted", "refused", "released"]
 
 
-class Gauge(Protocol):
-    """What ``Admission`` needs of a metrics gauge (prometheus ``Gauge``)."""
+@dataclass(eq=False)
+class Ticket:
+    """One request for a slot."""
 
-    def set(self, value: float) -> None: ...
+    client: str
+    asked_at: float
+    #: refused when still waiting at this time (``math.inf``: waits as long as needed)
+    expires_at: float
+    holder: object | None = None
+    #: called (by ``AdmissionGate``) once the ticket is granted or refused after waiting
+    notify: Callable[[Ticket], None] | None = None
+    state: TicketState = "waiting"
+    refusal: Refusal | None = None
+    #: when it left the queue (granted or refused)
+    decided_at: float | None = None
+    #: a suggested wait before retrying, when refused
+    retry_after_s: float = 0.0
+
+    @property
+    def waited_s(self) -> float:
+        return 0.0 if self.decided_at is None else self.decided_at - self.asked_at
 
 
-class Admission:
-    def __init__(self, limit: int, gauge: Gauge, per_holder: int | None = None) -> None:
+class SlotQueue:
+    """Slots, a bounded queue with a deadline in front of them, and
+    round-robin grants across clients.  Pure: every method takes ``now``."""
+
+    def __init__(
+        self,
+        limit: int,
+        queue_length: int = 0,
+        deadline_s: float = 0.0,
+        per_holder: int | None = None,
+    ) -> None:
         self.limit = limit
-        #: the most slots one holder may hold at once (None: no share)
+        self.queue_length = queue_length
+        self.deadline_s = deadline_s
+        #: the most tickets (held or waiting) one holder may have (None: no share)
         self.per_holder = per_holder
         self.active = 0
-        self._gauge = gauge
-        #: slots held, by holder (``id`` of the holder object)
-        self._held: dict[int, int] = {}
-        #: ``acquire`` callers waiting for a slot, oldest first
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self.draining = False
+        #: waiting tickets by client; key order is the round-robin order
+        self._waiting: dict[str, deque[Ticket]] = {}
+        self._depth = 0
+        #: held and waiting tickets by holder (``id`` of the holder object)
+        self._by_holder: dict[int, int] = {}
+
+    # -- reading -------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        """Tickets waiting."""
+        return self._depth
 
     def held_by(self, holder: object) -> int:
-        return self._held.get(id(holder), 0)
+        """Tickets ``holder`` holds or waits with."""
+        return self._by_holder.get(id(holder), 0)
 
-    def refusal(self, holder: object | None = None) -> str | None:
-        """Why ``try_acquire(holder)`` would refuse now: ``"share"`` (the
-        holder holds its share), ``"full"``, or None (a slot is free)."""
+    @property
+    def retry_after_s(self) -> float:
+        """The retry advice of a refusal: the queue's deadline, at least a second
+        (a slot frees when an utterance ends: seconds, not milliseconds)."""
+        return max(1.0, math.ceil(self.deadline_s))
+
+    def refusal(self, holder: object | None = None, *, wait: bool = True) -> Refusal | None:
+        """Why ``ask`` would refuse now (None: it would grant or queue)."""
+        if self.draining:
+            return "draining"
         if (
             holder is not None
             and self.per_holder is not None
             and self.held_by(holder) >= self.per_holder
         ):
             return "share"
-        if self.active >= self.limit or self._waiters:
+        if self.active < self.limit and not self._depth:
+            return None
+        if not wait or self._depth >= self.queue_length:
             return "full"
         return None
 
-    def try_acquire(self, holder: object | None = None) -> bool:
-        """Take a slot if one is free (nobody is queued for it and ``holder``
-        holds less than its share)."""
-        if self.refusal(holder) is not None:
-            return False
-        if holder is not None:
-            self._held[id(holder)] = self.held_by(holder) + 1
-        self._take()
-        return True
+    def next_expiry(self) -> float | None:
+        """The earliest deadline of a waiting ticket (None: none waits with one)."""
+        times = [t.expires_at for q in self._waiting.values() for t in q]
+        earliest = min(times, default=math.inf)
+        return None if math.isinf(earliest) else earliest
 
-    async def acquire(self) -> None:
-        """Wait for a slot; a released slot passes straight to the oldest waiter."""
-        if self.try_acquire():
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # the slot was handed over as we were cancelled
-            else:
-                self._waiters.remove(waiter)
-            raise
+    # -- changing --------------------------------------------------------------
+    def ask(
+        self,
+        client: str,
+        now: float,
+        holder: object | None = None,
+        *,
+        wait: bool = True,
+        deadline_s: float | None = None,
+        notify: Callable[[Ticket], None] | None = None,
+    ) -> Ticket:
+        """A ticket for a slot: ``granted`` at once, ``waiting`` in the queue,
+        or ``refused``.  ``wait=False`` never queues; ``deadline_s`` overrides
+        the queue's (``math.inf``: wait as long as needed, for batch items,
+        still bounded by the queue's length)."""
+        deadline = self.deadline_s if deadline_s is None else deadline_s
+        ticket = Ticket(client, now, now + deadline, holder, notify)
+        refusal = self.refusal(holder, wait=wait)
+        if refusal is not None:
+            self._refuse(ticket, refusal, now)
+            return ticket
+        self._count(holder, 1)
+        if self.active < self.limit and not self._depth:
+            self._grant(ticket, now)
+        else:
+            self._waiting.setdefault(client, deque()).append(ticket)
+            self._depth += 1
+        return ticket
 
-    def release(self, count: int = 1, holder: object | None = None) -> None:
-        """Give back ``count`` slots (never below zero; a holder's count too)."""
-        if holder is not None:
-            left = self.held_by(holder) - count
-            if left > 0:
-                self._held[id(holder)] = left
-            else:
-                self._held.pop(id(holder), None)
-        for _ in range(count):
-            while self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)  # the slot changes hands: active unchanged
-                    break
-            else:
-                self.active = max(0, self.active - 1)
-        self._gauge.set(self.active)
+    def release(self, ticket: Ticket, now: float) -> list[Ticket]:
+        """Give back a ticket: a granted one frees its slot, a waiting one
+        leaves the queue.  Returns the tickets granted as a result."""
+        if ticket.state == "waiting":
+            self._unqueue(ticket)
+            ticket.state = "released"
+            self._count(ticket.holder, -1)
+            return []
+        if ticket.state != "granted":
+            return []
+        ticket.state = "released"
+        self._count(ticket.holder, -1)
+        self.active = max(0, self.active - 1)
+        return self._fill(now)
 
-    def _take(self) -> None:
+    def expire(self, now: float) -> list[Ticket]:
+        """Refuse (``deadline``) every waiting ticket whose deadline passed."""
+        expired = [t for q in self._waiting.values() for t in q if t.expires_at <= now]
+        for ticket in expired:
+            self._unqueue(ticket)
+            self._count(ticket.holder, -1)
+            self._refuse(ticket, "deadline", now)
+        return expired
+
+    def begin_drain(self) -> None:
+        """Refuse new tickets with ``draining``; those waiting still get slots."""
+        self.draining = True
+
+    # -- inside ------------------------------------------------------------------
+    def _fill(self, now: float) -> list[Ticket]:
+        granted: list[Ticket] = []
+        while self.active < self.limit and self._waiting:
+            client = next(iter(self._waiting))
+            queue = self._waiting.pop(client)
+            ticket = queue.popleft()
+            self._depth -= 1
+            if queue:  # the client goes to the back of the round
+                self._waiting[client] = queue
+            self._grant(ticket, now)
+            granted.append(ticket)
+        return granted
+
+    def _grant(self, ticket: Ticket, now: float) -> None:
         self.active += 1
-        self._gauge.set(self.active)
+        ticket.state = "granted"
+        ticket.decided_at = now
+
+    def _refuse(self, ticket: Ticket, refusal: Refusal, now: float) -> None:
+        ticket.state = "refused"
+        ticket.refusal = refusal
+        ticket.decided_at = now
+        ticket.retry_after_s = self.retry_after_s
+
+    def _unqueue(self, ticket: Ticket) -> None:
+        queue = self._waiting[ticket.client]
+        queue.remove(ticket)
+        self._depth -= 1
+        if not queue:
+            del self._waiting[ticket.client]
+
+    def _count(self, holder: object | None, delta: int) -> None:
+        if holder is None:
+            return
+        left = self.held_by(holder) + delta
+        if left > 0:
+            self._by_holder[id(holder)] = left
+        else:
+            self._by_holder.pop(id(holder), None)
+
+
+class AdmissionMetrics(Protocol):
+    """What the gate reports (``gateway.ops.metrics.SurfaceAdmission``)."""
+
+    def update(self, *, active: int, limit: int, depth: int) -> None: ...
+
+    def waited(self, seconds: float) -> None: ...
+
+    def refused(self, refusal: Refusal) -> None: ...
+
+
+class Refused(Exception):
+    """``AdmissionGate.acquire`` was refused; ``ticket`` says why."""
+
+    def __init__(self, ticket: Ticket) -> None:
+        super().__init__(ticket.refusal)
+        self.ticket = ticket
+
+
+class AdmissionGate:
+    """A ``SlotQueue`` on the event loop: clock, deadline timer, notifications, metrics."""
+
+    def __init__(
+        self,
+        queue: SlotQueue,
+        metrics: AdmissionMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.queue = queue
+        self._metrics = metrics
+        self._clock = clock
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self._report()
+
+    @property
+    def limit(self) -> int:
+        return self.queue.limit
+
+    @property
+    def active(self) -> int:
+        return self.queue.active
+
+    @property
+    def per_holder(self) -> int | None:
+        return self.queue.per_holder
+
+    def refusal(self, holder: object | None = None) -> Refusal | None:
+        return self.queue.refusal(holder)
+
+    def ask(
+        self,
+        client: str,
+        holder: object | None = None,
+        *,
+        wait: bool = True,
+        deadline_s: float | None = None,
+        notify: Callable[[Ticket], None] | None = None,
+    ) -> Ticket:
+        """``SlotQueue.ask`` now; a waiting ticket's ``notify`` is called on
+        its grant or refusal.  A ticket decided at once is not notified."""
+        ticket = self.queue.ask(
+            client, self._clock(), holder, wait=wait, deadline_s=deadline_s, notify=notify
+        )
+        if ticket.state == "granted":
+            self._metrics.waited(0.0)
+        elif ticket.state == "refused":
+            assert ticket.refusal is not None
+            self._metrics.refused(ticket.refusal)
+        self._settle([], [])
+        return ticket
+
+    def release(self, ticket: Ticket) -> None:
+        """Give back a granted or waiting ticket (twice is harmless)."""
+        self._settle(self.queue.release(ticket, self._clock()), [])
+
+    async def acquire(self, client: str, *, deadline_s: float | None = None) -> Ticket:
+        """Wait for a slot (the HTTP surface); raises ``Refused``.  The caller
+        releases the granted ticket; a cancelled wait leaves the queue."""
+        decided = asyncio.get_running_loop().create_future()
+
+        def notify(ticket: Ticket) -> None:
+            if not decided.done():
+                decided.set_result(None)
+
+        ticket = self.ask(client, deadline_s=deadline_s, notify=notify)
+        if ticket.state == "waiting":
+            try:
+                await decided
+            except asyncio.CancelledError:
+                self.release(ticket)  # waiting: leaves the queue; granted meanwhile: frees it
+                raise
+        if ticket.state != "granted":
+            raise Refused(ticket)
+        return ticket
+
+    def begin_drain(self) -> None:
+        self.queue.begin_drain()
+
+    def _settle(self, granted: list[Ticket], expired: list[Ticket]) -> None:
+        loop = asyncio.get_running_loop() if (granted or expired or self.queue.depth) else None
+        for ticket in granted:
+            self._metrics.waited(ticket.waited_s)
+        for _ in expired:
+            self._metrics.refused("deadline")
+        for ticket in [*granted, *expired]:
+            if ticket.notify is not None and loop is not None:
+                loop.call_soon(ticket.notify, ticket)
+        self._arm(loop)
+        self._report()
+
+    def _arm(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        at = self.queue.next_expiry()
+        if at is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer, self._timer_at = None, math.inf
+            return
+        if at >= self._timer_at and self._timer is not None:
+            return  # the armed timer fires first and re-arms
+        if self._timer is not None:
+            self._timer.cancel()
+        assert loop is not None
+        # the loop's clock is time.monotonic, as the gate's default clock is
+        self._timer = loop.call_at(at, self._expire)
+        self._timer_at = at
+
+    def _expire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        self._settle([], self.queue.expire(self._clock()))
+
+    def _report(self) -> None:
+        q = self.queue
+        self._metrics.update(active=q.active, limit=q.limit, depth=q.depth)

@@ -39,6 +39,13 @@ allows, so under ``ack`` it counts only what was reported; segmentation
 must never leave the listener dry, so it extrapolates reports and assumes a
 fresh player at each utterance.  Hence two views of one state.
 
+A silent ``ack`` listener: a client under ``ack`` that reads audio but never
+reports ``playback`` would hold its window closed (and its stream slot)
+forever.  When a frame has waited on a closed window for ``ack_timeout_s``
+with no ``playback`` report meanwhile (``silent``), ``admit`` raises
+``ListenerSilent``; the session core cancels the utterance, reports it and
+tells the client (``error`` ``listener_silent``).
+
 All positions are milliseconds since the context started (the
 ``playback.played_ms`` origin); times are seconds on any monotonic clock.
 The arithmetic is pure; ``admit`` is the thin async wait on top.
@@ -60,13 +67,27 @@ _SOURCES: dict[FlowControl, PositionSource] = {
 }
 
 
+class ListenerSilent(Exception):
+    """An ``ack`` listener sent no ``playback`` for ``ack_timeout_s`` while a
+    frame waited on its closed window."""
+
+
 class Listener:
-    def __init__(self, mode: FlowControl = "none", max_lead_ms: float = 1000.0) -> None:
+    def __init__(
+        self,
+        mode: FlowControl = "none",
+        max_lead_ms: float = 1000.0,
+        ack_timeout_s: float | None = None,
+    ) -> None:
         self.mode: FlowControl = mode
         self.max_lead_ms = float(max_lead_ms)
+        #: ``ack`` only: a frame waiting this long with no report raises ``ListenerSilent``
+        self.ack_timeout_s = ack_timeout_s
         self.sent_ms = 0.0
         self._played_ms: float | None = None  #: the last report (None: none yet)
         self._reported_at = 0.0
+        #: when the last report arrived, advancing or not (None: none yet)
+        self._last_report_at: float | None = None
         # the realtime leaky bucket: played position and time at its last restart
         self._anchor_played = 0.0
         self._anchor_time: float | None = None
@@ -75,9 +96,12 @@ class Listener:
         self._changed = asyncio.Event()
 
     # -- updates -----------------------------------------------------------
-    def configure(self, mode: FlowControl, max_lead_ms: float) -> None:
+    def configure(
+        self, mode: FlowControl, max_lead_ms: float, ack_timeout_s: float | None = None
+    ) -> None:
         self.mode = mode
         self.max_lead_ms = float(max_lead_ms)
+        self.ack_timeout_s = ack_timeout_s
         self._changed.set()
 
     def new_utterance(self) -> None:
@@ -105,6 +129,7 @@ class Listener:
 
     def on_played(self, played_ms: float, now: float) -> None:
         """A ``playback`` report at ``now``; positions only move forward."""
+        self._last_report_at = now
         if self._played_ms is None or played_ms > self._played_ms:
             self._played_ms = played_ms
             self._reported_at = now
@@ -151,6 +176,16 @@ class Listener:
         # longer than the window cannot deadlock the stream
         return lead <= 0 or lead + frame_ms <= self.max_lead_ms
 
+    def silent(self, waiting_since: float, now: float) -> bool:
+        """Under ``ack``: a frame waiting since ``waiting_since`` has seen no
+        report for ``ack_timeout_s``."""
+        if self.mode != "ack" or self.ack_timeout_s is None:
+            return False
+        return now - self._quiet_since(waiting_since) >= self.ack_timeout_s
+
+    def _quiet_since(self, waiting_since: float) -> float:
+        return max(waiting_since, self._last_report_at or waiting_since)
+
     # -- segmentation ---------------------------------------------------------
     def ahead_s(self, now: float) -> float:
         """Seconds of sent audio the listener has not played yet (best guess)."""
@@ -166,15 +201,23 @@ class Listener:
     async def admit(self, frame_ms: float, stop: Callable[[], bool]) -> bool:
         """Wait until a frame of ``frame_ms`` fits, then count it as sent.
 
-        Returns False, sending nothing, if ``stop()`` turns true meanwhile."""
+        Returns False, sending nothing, if ``stop()`` turns true meanwhile;
+        raises ``ListenerSilent`` (``silent``) under ``ack``."""
+        waiting_since = time.monotonic()
         while not self.fits(frame_ms, time.monotonic()):
             if stop():
                 return False
+            now = time.monotonic()
+            if self.silent(waiting_since, now):
+                raise ListenerSilent
             self._changed.clear()
             timeout = None
             if self.mode == "realtime":
-                excess = self.lead_ms(time.monotonic()) + frame_ms - self.max_lead_ms
+                excess = self.lead_ms(now) + frame_ms - self.max_lead_ms
                 timeout = max(0.001, excess / 1000)
+            elif self.mode == "ack" and self.ack_timeout_s is not None:
+                quiet_since = self._quiet_since(waiting_since)
+                timeout = max(0.001, quiet_since + self.ack_timeout_s - now)
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
             # task cancel that lands as the event is set (interrupt() then
             # stop() on disconnect), leaving the stream task alive

@@ -11,6 +11,7 @@ What it must not do: invent statuses or types outside the registry.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from starlette.requests import Request
@@ -35,7 +36,10 @@ def error_body(error: GatewayError) -> dict[str, Any]:
 def error_response(error: GatewayError, state: GatewayState | None = None) -> JSONResponse:
     if state is not None:
         state.metrics.errors.labels(code=str(error.code)).inc()
-    headers = {"Retry-After": "1"} if error.code is ErrorCode.BUSY else None
+    headers = None
+    if error.code is ErrorCode.BUSY:
+        retry = 1 if error.retry_after_s is None else max(1, math.ceil(error.retry_after_s))
+        headers = {"Retry-After": str(retry)}
     return JSONResponse(error_body(error), status_code=error.code.spec.http_status, headers=headers)
 
 

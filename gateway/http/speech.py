@@ -19,8 +19,10 @@ Scheduling: an HTTP job's deadline is ``http_deadline_offset_s`` in the
 future, so the engine's workers (which serve the earliest due work first)
 put live WebSocket streams ahead of it.  ``GatewayState.http_admission``
 (``max_http_streams``) caps HTTP synthesis separately from the WebSocket's
-``max_active_streams``; single requests are refused when it is full, batch
-items wait for a slot.
+``max_active_streams``, with the same admission queue in front
+(``gateway.flow.admission``): a request waits up to ``admission_deadline_s``
+for a slot, then ``503 busy`` with ``Retry-After``; batch items wait as long
+as needed.
 
 Disconnects: ``SpeechResponse`` listens for ``http.disconnect`` while it
 produces; a disconnect cancels the producer, whose ``finally`` cancels the
@@ -41,6 +43,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -72,6 +75,7 @@ from gateway.engines.base import (
     VoiceInfo,
 )
 from gateway.errors import ErrorCode, GatewayError
+from gateway.flow.admission import AdmissionGate, Refused, Ticket
 from gateway.http.batch_checks import check_batch_inputs
 from gateway.http.errors import (
     check_request,
@@ -81,6 +85,7 @@ from gateway.http.errors import (
     read_body,
 )
 from gateway.http.outbound import GuardedSend, HttpStalled
+from gateway.http.security import agent_identity
 from gateway.http.voices import resolve_voice
 from gateway.protocol import too_deep
 from gateway.session.validation import (
@@ -608,21 +613,17 @@ async def speech(request: Request) -> Response | SpeechResponse:
     except GatewayError as exc:
         return error_response(exc, state)
     slots = state.http_admission
-    if not slots.try_acquire():
-        return error_response(
-            GatewayError(
-                ErrorCode.BUSY,
-                f"{slots.limit} HTTP speech requests are in progress; retry shortly",
-            ),
-            state,
-        )
+    try:  # the wait counts in the client's time to first audio
+        ticket = await slots.acquire(http_client(request, state))
+    except Refused as no_slot:
+        return error_response(http_busy(slots, no_slot.ticket), state)
     label = f"http-{next(_request_ids)}"
     try:
         encoder = ContainerEncoder(
             plan.response_format, plan.sample_rate, stream=plan.mode != "file"
         )
     except Exception:
-        slots.release()  # the response that would release it never starts
+        slots.release(ticket)  # the response that would release it never starts
         log.exception("creating the %s encoder failed", plan.response_format)
         return error_response(
             GatewayError(ErrorCode.INTERNAL, "the audio encoder could not be created"), state
@@ -641,7 +642,7 @@ async def speech(request: Request) -> Response | SpeechResponse:
         headers=headers,
         state=state,
         whole=plan.mode == "file",
-        on_close=slots.release,
+        on_close=lambda: slots.release(ticket),
     )
 
 
@@ -658,7 +659,10 @@ async def _batch_item(
         # every field kept (the style prompt, language and text controls too)
         plan = dataclasses.replace(plan, mode="file")
         async with limit:
-            await slots.acquire()
+            try:  # batch items wait as long as needed (the queue's length still bounds)
+                ticket = await slots.acquire(http_client(request, state), deadline_s=math.inf)
+            except Refused as refused:
+                raise http_busy(slots, refused.ticket) from None
             try:
                 encoder = ContainerEncoder(plan.response_format, plan.sample_rate, stream=False)
                 label = f"http-batch-{next(_request_ids)}"
@@ -668,7 +672,7 @@ async def _batch_item(
                 finally:
                     await audio.aclose()
             finally:
-                slots.release()
+                slots.release(ticket)
     except GatewayError as exc:
         state.metrics.errors.labels(code=str(exc.code)).inc()
         return {"index": index, "status": "error", **error_body(exc)}
@@ -747,6 +751,30 @@ async def speech_batch(request: Request) -> Response | SpeechResponse:
     return SpeechResponse(
         body(), media_type="application/json", headers={}, state=state, whole=True
     )
+
+
+def http_client(request: Request, state: GatewayState) -> str:
+    """Whom admission's fairness counts a request as: its agent key, else its address."""
+    agent = agent_identity(request, state)
+    return agent or (request.client.host if request.client else "unknown")
+
+
+def http_busy(slots: AdmissionGate, ticket: Ticket) -> GatewayError:
+    """The ``503 busy`` (with ``Retry-After``) of a request refused a slot."""
+    queue = slots.queue
+    if ticket.refusal == "draining":
+        why = "the server is draining (shutting down); send it to another server"
+    elif ticket.refusal == "deadline":
+        why = (
+            f"no slot came free within {queue.deadline_s:g} s (all {queue.limit} HTTP"
+            " speech slots in use); retry after Retry-After"
+        )
+    else:
+        why = (
+            f"all {queue.limit} HTTP speech slots are in use and the admission queue is full;"
+            " retry after Retry-After"
+        )
+    return GatewayError(ErrorCode.BUSY, why, retry_after_s=ticket.retry_after_s)
 
 
 def speech_routes() -> list[Route]:

@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+#: admission queue waits: from immediate grants to past a 5 s deadline
+WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
+Surface = Literal["ws", "http"]
 
 
 class Metrics:
@@ -80,6 +84,41 @@ class Metrics:
             "gateway_errors", "Errors reported to clients, by registry code.", ["code"], registry=r
         )
 
+        # admission (gateway.flow.admission), per surface: the autoscaling signals
+        self.admission_queue_depth = Gauge(
+            "gateway_admission_queue_depth",
+            "Requests waiting for a slot, by surface (ws: utterances, http: responses).",
+            ["surface"],
+            registry=r,
+        )
+        self.admission_slots_in_use = Gauge(
+            "gateway_admission_slots_in_use", "Slots held, by surface.", ["surface"], registry=r
+        )
+        self.admission_slots_limit = Gauge(
+            "gateway_admission_slots_limit",
+            "Slots available (max_active_streams, max_http_streams), by surface.",
+            ["surface"],
+            registry=r,
+        )
+        self.admission_wait = Histogram(
+            "gateway_admission_wait_seconds",
+            "Time a granted request waited for its slot (0 when one was free), by surface.",
+            ["surface"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.admission_refused = Counter(
+            "gateway_admission_refused",
+            "Requests refused a slot, by surface and reason (full, deadline, share, draining).",
+            ["surface", "reason"],
+            registry=r,
+        )
+
+    def admission(self, surface: Surface) -> SurfaceAdmission:
+        """The admission metrics of one surface (``gateway.flow.admission.AdmissionMetrics``)."""
+        active = self.streams_active if surface == "ws" else self.http_streams_active
+        return SurfaceAdmission(self, surface, active)
+
     def track_engine(self, queue_depth: Callable[[], int], live_jobs: Callable[[], int]) -> None:
         self.engine_queue_depth.set_function(queue_depth)
         self.engine_live_jobs.set_function(live_jobs)
@@ -87,6 +126,31 @@ class Metrics:
     def render(self) -> bytes:
         self.live_tasks.set(len(asyncio.all_tasks()))
         return generate_latest(self.registry)
+
+
+class SurfaceAdmission:
+    """One surface's admission metrics, as ``AdmissionGate`` reports them."""
+
+    def __init__(self, metrics: Metrics, surface: Surface, active: Gauge) -> None:
+        self._active = active  # the older per-surface gauge, kept for dashboards
+        self._in_use = metrics.admission_slots_in_use.labels(surface=surface)
+        self._limit = metrics.admission_slots_limit.labels(surface=surface)
+        self._depth = metrics.admission_queue_depth.labels(surface=surface)
+        self._wait = metrics.admission_wait.labels(surface=surface)
+        self._refused = metrics.admission_refused
+        self._surface = surface
+
+    def update(self, *, active: int, limit: int, depth: int) -> None:
+        self._active.set(active)
+        self._in_use.set(active)
+        self._limit.set(limit)
+        self._depth.set(depth)
+
+    def waited(self, seconds: float) -> None:
+        self._wait.observe(seconds)
+
+    def refused(self, refusal: str) -> None:
+        self._refused.labels(surface=self._surface, reason=refusal).inc()
 
 
 async def watch_loop_lag(metrics: Metrics, interval: float = 0.1) -> None:

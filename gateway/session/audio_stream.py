@@ -74,6 +74,7 @@ from gateway.engines.base import (
 )
 from gateway.errors import ErrorCode, GatewayError
 from gateway.flow.budget import DecodeBudget
+from gateway.flow.listener import ListenerSilent
 from gateway.session.contexts import Context
 from gateway.session.utterance import Segment, Utterance
 from gateway.text.duration import estimate_seconds
@@ -162,6 +163,11 @@ class StreamHost(Protocol):
         """A send failed: stop all of the session's work."""
         ...
 
+    def listener_silent(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """An ``ack`` listener of ``ctx`` stopped reporting (``ListenerSilent``):
+        the ``error`` and the cancel of its utterances."""
+        ...
+
 
 @dataclass(frozen=True)
 class StreamEnv:
@@ -247,7 +253,7 @@ class _SegmentOut:
         flags: FrameFlags = FrameFlags.NONE,
     ) -> None:
         item, host = self.item, self.env.host
-        if audio and not await host.admit(item, samples * 1000 / self.rate):
+        if audio and not await self._admit(samples * 1000 / self.rate):
             return  # cancelled while waiting: the frame is dropped, never sent
         if not audio:
             flags |= FrameFlags.WAV_HEADER
@@ -258,6 +264,15 @@ class _SegmentOut:
         if audio:
             self.samples_sent += samples
         host.frame_sent(item, samples if audio else 0)
+
+    async def _admit(self, frame_ms: float) -> bool:
+        host = self.env.host
+        try:
+            return await host.admit(self.item, frame_ms)
+        except ListenerSilent:  # the core cancels the utterance: the frame is dropped
+            for message in host.listener_silent(self.item.context):
+                await self.env.out.event(message)
+            return False
 
     def _header(self, flags: FrameFlags) -> bytes:
         ctx, utt = self.item.context, self.item.utterance

@@ -21,6 +21,16 @@ the stream sends.  To stop a stream's work the core asks the stream
 The reader never waits on synthesis: ``cancel`` and ``playback`` are
 handled while audio is being produced.
 
+Admission (``gateway.flow.admission``): an utterance's first committed
+segment asks the server's gate for a stream slot.  Granted at once, its
+segments go to the stream; otherwise the utterance is *committed, waiting
+for a slot*: its segments wait here (``_waiting``) and more text is accepted
+meanwhile.  The gate's decision is an event the endpoint delivers
+(``slot_event``): a grant hands the waiting segments to the stream; a
+refusal past the deadline answers ``busy`` with ``retry_after_ms`` and
+reports the utterance as not spoken (``audio.cancelled``, ``session.done``
+``cancelled``).
+
 Lifecycle: ``OPEN`` (after ``session.created``) -> ``CLOSING`` (close asked,
 error or disconnect: work is being cancelled) -> ``CLOSED``.  An illegal
 transition raises at once.
@@ -40,7 +50,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from gateway import protocol
 from gateway.engines.base import Engine, SegmentStats, WordTiming
 from gateway.errors import CloseCode, ErrorCode, GatewayError
-from gateway.flow.admission import Admission
+from gateway.flow.admission import AdmissionGate, Ticket
 from gateway.flow.budget import DecodeBudget
 from gateway.session.audio_stream import AudioStream, QueuedSegment, Sender, StreamEnv
 from gateway.session.cancel_report import cancel_report
@@ -124,8 +134,10 @@ class Session:
         engine: Engine,
         settings: Settings,
         metrics: Metrics,
-        admission: Admission,
+        admission: AdmissionGate,
         out: Sender,
+        *,
+        client: str = "local",
         lexicon: Lexicon = (),
     ) -> None:
         self.id = uuid.uuid4().hex[:12]
@@ -135,6 +147,16 @@ class Session:
         self.admission = admission
         #: the server's pronunciation lexicon (``lexicon_file``)
         self.lexicon = lexicon
+        #: whom admission's fairness counts this session as (address or agent key)
+        self.client = client
+        #: stream-slot tickets of utterances with committed text (granted or waiting)
+        self._tickets: dict[Utterance, Ticket] = {}
+        #: utterances committed and waiting for a slot: their context and segments
+        self._waiting: dict[Utterance, tuple[Context, list[QueuedSegment]]] = {}
+        #: the endpoint's delivery of a slot decision (``Connection.slot_decided``);
+        #: it calls ``slot_event`` and performs the actions.  None: applied here,
+        #: messages dropped (core tests without an endpoint)
+        self.slot_listener: Callable[[Ticket], None] | None = None
         #: decoded but unsent audio the session's engine jobs may hold
         self.budget = DecodeBudget(settings.max_buffered_ms / 1000)
         self.state = State.OPEN
@@ -218,15 +240,24 @@ class Session:
         it).  Text waiting in the segmenter for more input does not count: a
         client that sends half a sentence and goes quiet is idle, and the
         idle close reports that text as unspoken."""
-        return any(ctx.pending or self._stream_for(ctx).has_work_for(ctx) for ctx in self.contexts)
+        return any(ctx.pending or self._has_work(ctx) for ctx in self.contexts)
 
     def _context_live(self, ctx: Context) -> bool:
         return bool(
             ctx.utterance is not None
             or ctx.pending
             or ctx.policy.buffered.strip()
-            or self._stream_for(ctx).has_work_for(ctx)
+            or self._has_work(ctx)
         )
+
+    def _has_work(self, ctx: Context) -> bool:
+        """Segments of ``ctx`` spoken, queued or waiting for a slot."""
+        return self._stream_for(ctx).has_work_for(ctx) or any(
+            c is ctx for c, _ in self._waiting.values()
+        )
+
+    def _has_work_for(self, utt: Utterance, ctx: Context) -> bool:
+        return utt in self._waiting or self._stream_for(ctx).has_work_for_utterance(utt)
 
     def streams(self) -> list[AudioStream]:
         return [self.shared_stream, *self._context_streams.values()]
@@ -293,6 +324,9 @@ class Session:
                 fatal=fatal,
                 context_id=context_id,
                 request_id=request_id,
+                retry_after_ms=(
+                    None if error.retry_after_s is None else round(error.retry_after_s * 1000)
+                ),
             )
         ]
         if fatal:
@@ -431,7 +465,9 @@ class Session:
         )
         self.utterances_started += 1
         ctx.utterance = utt
-        ctx.listener.configure(self.config.flow_control, self.config.max_lead_ms)
+        ctx.listener.configure(
+            self.config.flow_control, self.config.max_lead_ms, self.settings.ack_timeout_s
+        )
         utt.flow_offset_ms = ctx.listener.sent_ms
         self.metrics.utterances.inc()
         return utt
@@ -452,20 +488,25 @@ class Session:
         )
 
     def _enqueue(self, ctx: Context, texts: list[str]) -> None:
-        """Commit segments of the client's text: each goes to the context's
-        stream, which has the front-end read it."""
+        """Commit segments of the client's text: the front-end reads each
+        (``_read``); it goes to the context's stream, or waits with its
+        utterance for a stream slot."""
         utt = ctx.utterance
         if not texts or utt is None:
             return
-        self._take_slot(utt)
+        self._take_slot(ctx, utt)
         stream = self._stream_for(ctx)
+        waiting = self._waiting.get(utt)
         for text in texts:
             segment = utt.add_segment(text)
             if utt.ready_at is None:
-                utt.ready_at = time.monotonic()
+                utt.ready_at = time.monotonic()  # a slot wait counts in first_audio_ms
             item = QueuedSegment(ctx, utt, segment)
-            self._read(item, stream)
-            stream.enqueue(item)
+            self._read(item, stream)  # the front-end reads it, slot or not
+            if waiting is not None:
+                waiting[1].append(item)
+            else:
+                stream.enqueue(item)
 
     # --- the text front-end, off the event loop -------------------------------------
     # Reading a segment costs up to about 0.5 ms of CPU at p99 (0.7 ms measured
@@ -493,13 +534,14 @@ class Session:
 
     # --- stream slots (``max_active_streams``, ``max_streams_per_session``) --
     # An utterance holds one slot while it has committed text being
-    # synthesized or queued (segments in its stream): taken when a segment is
-    # committed, given back when its last committed segment ends (the next
-    # commit takes one again) or when it is cancelled.  Text still in the
-    # segmenter holds none, so idle, unfinished utterances block nobody.
+    # synthesized or queued (segments in its stream): asked for when a segment
+    # is committed (waiting in the admission queue if none is free), given
+    # back when its last committed segment ends (the next commit asks again)
+    # or when it is cancelled.  Text still in the segmenter holds none, so
+    # idle, unfinished utterances block nobody.
     def _slot_refusal(self, utt: Utterance | None) -> str | None:
-        """Why a commit for ``utt`` could not get a slot now (None: it can)."""
-        if utt is not None and utt.holds_slot:
+        """Why a commit for ``utt`` could not get or wait for a slot now (None: it can)."""
+        if utt is not None and utt in self._tickets:
             return None
         return self.admission.refusal(self)
 
@@ -507,32 +549,85 @@ class Session:
         """Refuse (``busy``) text for an utterance that holds no slot when
         none is free for it: that text could not be committed."""
         refusal = self._slot_refusal(utt)
+        if refusal is not None:
+            raise self._busy(refusal, what)
+
+    def _busy(self, refusal: str, what: str) -> GatewayError:
+        retry = self.admission.queue.retry_after_s
         if refusal == "share":
-            raise GatewayError(
+            return GatewayError(
                 ErrorCode.BUSY,
                 f"this session is streaming its share of {self.admission.per_holder}"
                 f" utterances at once (max_streams_per_session); {what}, retry when one ends",
             )
-        if refusal is not None:
-            raise GatewayError(
+        if refusal == "draining":
+            return GatewayError(
                 ErrorCode.BUSY,
-                f"the server is streaming its limit of {self.admission.limit} utterances;"
-                f" {what}, retry shortly",
+                f"the server is draining (shutting down); {what}, reconnect to another server",
+                retry_after_s=retry,
             )
+        if refusal == "deadline":
+            return GatewayError(
+                ErrorCode.BUSY,
+                f"no stream slot came free within {self.admission.queue.deadline_s:g} s"
+                f" (all {self.admission.limit} in use); {what}, retry after retry_after_ms",
+                retry_after_s=retry,
+            )
+        return GatewayError(
+            ErrorCode.BUSY,
+            f"all {self.admission.limit} stream slots are in use and the admission queue is"
+            f" full; {what}, retry after retry_after_ms",
+            retry_after_s=retry,
+        )
 
-    def _take_slot(self, utt: Utterance) -> None:
-        if utt.holds_slot:
+    def _take_slot(self, ctx: Context, utt: Utterance) -> None:
+        if utt in self._tickets:
             return
-        # callers checked ``_slot_refusal`` first, so this cannot fail; if it
-        # ever did, the work goes on uncounted rather than losing text
-        utt.holds_slot = self.admission.try_acquire(self)
-        if not utt.holds_slot:
+        ticket = self.admission.ask(self.client, self, notify=self._slot_decided)
+        if ticket.state == "refused":
+            # callers checked ``_slot_refusal`` first in the same call, so this
+            # cannot happen; if it ever did, the work goes on uncounted rather
+            # than losing text
             self.log.warning("committed text without a stream slot")
+            return
+        self._tickets[utt] = ticket
+        if ticket.state == "granted":
+            utt.holds_slot = True
+        else:
+            self._waiting[utt] = (ctx, [])
+
+    def _slot_decided(self, ticket: Ticket) -> None:
+        if self.slot_listener is not None:
+            self.slot_listener(ticket)
+        else:
+            self.slot_event(ticket)
+
+    def slot_event(self, ticket: Ticket) -> list[Action]:
+        """The admission gate decided a waiting ticket: on a grant the waiting
+        segments go to the stream; on a refusal (deadline) the utterance is
+        answered ``busy`` and reported as not spoken."""
+        utt = next((u for u, t in self._tickets.items() if t is ticket), None)
+        if utt is None or utt not in self._waiting or self.state is not State.OPEN:
+            return []  # withdrawn meanwhile (cancel, close): nothing waits for it
+        ctx, segments = self._waiting.pop(utt)
+        if ticket.state == "granted":
+            utt.holds_slot = True
+            utt.admission_wait_ms = ticket.waited_s * 1000
+            stream = self._stream_for(ctx)
+            for segment in segments:
+                stream.enqueue(segment)
+            return []
+        del self._tickets[utt]
+        assert ticket.refusal is not None
+        error = self._busy(ticket.refusal, "this utterance was not spoken")
+        return [*self.report_error(error, ctx.id), *self._cancel_utterances(ctx, [utt])]
 
     def _release_slot(self, utt: Utterance) -> None:
-        if utt.holds_slot:
-            utt.holds_slot = False
-            self.admission.release(holder=self)
+        utt.holds_slot = False
+        self._waiting.pop(utt, None)
+        ticket = self._tickets.pop(utt, None)
+        if ticket is not None:
+            self.admission.release(ticket)
 
     def _stream_for(self, ctx: Context) -> AudioStream:
         utt = ctx.utterance
@@ -698,11 +793,10 @@ class Session:
 
     def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
         """``session.done`` for each finished utterance of ``ctx``, in order."""
-        stream = self._stream_for(ctx)
         messages: list[protocol.ServerMessage] = []
         while ctx.pending:
             utt = ctx.pending[0]
-            if stream.has_work_for_utterance(utt):
+            if self._has_work_for(utt, ctx):
                 break
             ctx.pending.pop(0)
             self._release_slot(utt)
@@ -712,9 +806,22 @@ class Session:
         # the open utterance's committed text is all spoken: it waits for
         # more text and holds no slot meanwhile
         current = ctx.utterance
-        if current is not None and not stream.has_work_for_utterance(current):
+        if current is not None and not self._has_work_for(current, ctx):
             self._release_slot(current)
         return messages
+
+    def listener_silent(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """Audio of ``ctx`` waited ``ack_timeout_s`` on a closed ``ack`` window
+        with no ``playback``: tell the client, cancel and report its utterances
+        (their slots are released with the report)."""
+        error = GatewayError(
+            ErrorCode.LISTENER_SILENT,
+            f"no playback report for {self.settings.ack_timeout_s:g} s while audio waited on"
+            ' the flow_control "ack" window; the utterance was cancelled. Send playback'
+            " (played_ms) as audio plays, or use flow_control realtime",
+        )
+        actions = [*self.report_error(error, ctx.id), *self.cancel(ctx.id)]
+        return [a for a in actions if not isinstance(a, Close | AnswerVoiceRequest)]
 
     def cancelled_audio_ended(
         self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
@@ -824,6 +931,8 @@ class Session:
             ctx.utterance = None
             ctx.pending = []
             ctx.awaiting_report = []
+        for utt in list(self._tickets):
+            self._release_slot(utt)
         await asyncio.gather(*(s.stop() for s in self.streams()), return_exceptions=True)
         if self.state is not State.CLOSED:
             self._transition(State.CLOSED)

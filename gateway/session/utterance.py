@@ -91,7 +91,8 @@ class Utterance:
     _located: int = 0  #: end of the last segment found in ``source_text``
     _frontend_chars: int = 0  #: characters handed to the front-end so far
     #: holds a ``max_active_streams`` slot: it has committed text being
-    #: synthesized or queued (``Session._take_slot``)
+    #: synthesized or queued (``Session._take_slot``; committed text waiting
+    #: for a slot is the session core's ``_waiting``)
     holds_slot: bool = False
     unsent_text: str = ""  #: text discarded from the segmenter by a cancel
     sent_ms: float = 0.0  #: audio sent so far
@@ -102,6 +103,8 @@ class Utterance:
     first_audio_at: float | None = None
     compute_ms: float = 0.0
     queue_ms: float | None = None
+    #: its first committed segment waited this long for a stream slot
+    admission_wait_ms: float = 0.0
 
     def metrics(self) -> protocol.UtteranceMetrics:
         """The in-band timings carried by ``session.done``."""
@@ -115,6 +118,7 @@ class Utterance:
             compute_ms=round(self.compute_ms, 3),
             compute_rtf=round(self.compute_ms / self.sent_ms, 4) if self.sent_ms else 0.0,
             sentences=len(self.segments),
+            admission_wait_ms=round(self.admission_wait_ms, 3),
         )
 
     def audio_done(

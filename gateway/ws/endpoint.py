@@ -18,6 +18,7 @@ from starlette.websockets import WebSocket
 
 from gateway import protocol
 from gateway.errors import CloseCode, ErrorCode, GatewayError
+from gateway.flow.admission import Ticket
 from gateway.http.security import agent_identity, check_websocket
 from gateway.session.core import Action, AnswerVoiceRequest, Close, Session, State
 from gateway.session.voice_requests import VoiceDesk, VoiceRequest
@@ -79,7 +80,13 @@ async def stream_endpoint(websocket: WebSocket) -> None:
         )
         return
     session = Session(
-        state.engine, settings, state.metrics, state.admission, out, lexicon=state.lexicon
+        state.engine,
+        settings,
+        state.metrics,
+        state.admission,
+        out,
+        client=client,
+        lexicon=state.lexicon,
     )
     conn = Connection(
         session, out, VoiceDesk(state.engine, settings, websocket.app.state.voice_store)
@@ -129,6 +136,25 @@ class Connection:
             MAX_WAITING_VOICE_REQUESTS
         )
         self._voice_task: asyncio.Task[None] | None = None
+        #: deliveries of admission decisions still sending (at most one per
+        #: waiting utterance: bounded by ``max_contexts``)
+        self._slot_deliveries: set[asyncio.Task[None]] = set()
+        session.slot_listener = self.slot_decided
+
+    def slot_decided(self, ticket: Ticket) -> None:
+        """The admission gate decided one of the session's waiting tickets:
+        the core applies it now; what it answers is sent in order by a task."""
+        actions = self.session.slot_event(ticket)
+        if actions:
+            task = asyncio.create_task(self._deliver(actions))
+            self._slot_deliveries.add(task)
+            task.add_done_callback(self._slot_deliveries.discard)
+
+    async def _deliver(self, actions: list[Action]) -> None:
+        try:
+            await self.perform(actions)
+        except ConnectionGone:
+            self.session.connection_lost()
 
     def _queue_voice_request(self, request: VoiceRequest) -> list[Action]:
         """Hand ``request`` to the answering task; a refusal when too many wait."""

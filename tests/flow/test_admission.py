@@ -1,80 +1,217 @@
-"""Admission (gateway.flow), without a server.  The stall rule: tests/flow/test_stall.py."""
+"""Admission (gateway.flow.admission), without a server.  The stall rule:
+tests/flow/test_stall.py.
+
+``SlotQueue`` is pure: the tests pass the clock.  ``AdmissionGate`` is
+tested on the event loop for its timer, notifications and metrics."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 
-from gateway.flow.admission import Admission
+import pytest
+
+from gateway.flow.admission import AdmissionGate, Refused, SlotQueue, Ticket
 
 
-class RecordingGauge:
+class RecordingMetrics:
     def __init__(self) -> None:
-        self.values: list[float] = []
+        self.updates: list[tuple[int, int, int]] = []
+        self.waits: list[float] = []
+        self.refusals: list[str] = []
 
-    def set(self, value: float) -> None:
-        self.values.append(value)
+    def update(self, *, active: int, limit: int, depth: int) -> None:
+        self.updates.append((active, limit, depth))
 
+    def waited(self, seconds: float) -> None:
+        self.waits.append(seconds)
 
-def test_try_acquire_refuses_beyond_the_limit() -> None:
-    gauge = RecordingGauge()
-    admission = Admission(2, gauge)
-    assert admission.try_acquire()
-    assert admission.try_acquire()
-    assert not admission.try_acquire()
-    admission.release()
-    assert admission.try_acquire()
-    admission.release(5)  # never below zero
-    assert admission.active == 0
-    assert gauge.values == [1, 2, 1, 2, 0]
+    def refused(self, refusal: str) -> None:
+        self.refusals.append(refusal)
 
 
-def test_one_holder_takes_at_most_its_share() -> None:
-    admission = Admission(4, RecordingGauge(), per_holder=2)
-    a, b = object(), object()
-    assert admission.try_acquire(a) and admission.try_acquire(a)
-    assert admission.refusal(a) == "share" and not admission.try_acquire(a)
-    assert admission.try_acquire(b) and admission.try_acquire(b)
-    assert admission.refusal(object()) == "full" and not admission.try_acquire()
-    admission.release(holder=a)
-    assert admission.held_by(a) == 1 and admission.active == 3
-    assert admission.refusal(b) == "share" and admission.refusal(a) is None
-    assert admission.try_acquire()  # a slot without a holder counts only towards the limit
-    admission.release(holder=a)
-    admission.release(2, holder=b)
-    admission.release()
-    assert admission.active == 0 and admission.held_by(a) == admission.held_by(b) == 0
+# --- the pure queue -------------------------------------------------------------
 
 
-async def test_waiters_get_released_slots_in_order() -> None:
-    admission = Admission(1, RecordingGauge())
-    assert admission.try_acquire()
-    order: list[int] = []
+@pytest.mark.parametrize(
+    ("limit", "queue_length", "asks", "states"),
+    [
+        # free slots are granted at once, then requests queue, then refused
+        (2, 2, 5, ["granted", "granted", "waiting", "waiting", "refused"]),
+        # no queue: refused as soon as the slots are taken (the old behaviour)
+        (1, 0, 3, ["granted", "refused", "refused"]),
+        # a client alone may use every slot
+        (4, 0, 4, ["granted"] * 4),
+    ],
+)
+def test_grant_queue_refuse(limit: int, queue_length: int, asks: int, states: list[str]) -> None:
+    q = SlotQueue(limit, queue_length, deadline_s=1.0)
+    tickets = [q.ask("alone", now=0.0) for _ in range(asks)]
+    assert [t.state for t in tickets] == states
+    assert q.active == min(limit, asks)
+    assert q.depth == states.count("waiting")
+    refused = [t for t in tickets if t.state == "refused"]
+    assert all(t.refusal == "full" and t.retry_after_s == 1.0 for t in refused)
 
-    async def wait(i: int) -> None:
-        await admission.acquire()
-        order.append(i)
 
-    tasks = [asyncio.create_task(wait(i)) for i in range(3)]
+def test_a_released_slot_goes_to_the_oldest_waiter_of_one_client() -> None:
+    q = SlotQueue(1, 3, deadline_s=5.0)
+    held = q.ask("a", 0.0)
+    waiting = [q.ask("a", 0.1 * i) for i in range(1, 4)]
+    assert q.release(held, 1.0) == [waiting[0]]
+    assert waiting[0].state == "granted" and waiting[0].waited_s == pytest.approx(0.9)
+    assert q.active == 1 and q.depth == 2
+    assert q.release(waiting[0], 2.0) == [waiting[1]]
+
+
+def test_while_others_wait_slots_go_round_robin_across_clients() -> None:
+    """Client ``a`` queued three before ``b`` and ``c`` queued one each: the
+    freed slots go a, b, c, a, a (first come within a client)."""
+    q = SlotQueue(2, 10, deadline_s=60.0)
+    holding = [q.ask("a", 0.0), q.ask("a", 0.0)]  # a alone took every slot
+    a1, a2, a3 = (q.ask("a", 1.0) for _ in range(3))
+    b1 = q.ask("b", 2.0)
+    c1 = q.ask("c", 3.0)
+    order: list[Ticket] = []
+    running = list(holding)
+    now = 4.0
+    while q.depth:
+        granted = q.release(running.pop(0), now)
+        order += granted
+        running += granted
+        now += 1
+    assert order == [a1, b1, c1, a2, a3]
+
+
+def test_a_client_that_starts_waiting_later_joins_the_round_at_the_back() -> None:
+    q = SlotQueue(1, 10, deadline_s=60.0)
+    held = q.ask("a", 0.0)
+    a1, a2 = q.ask("a", 0.0), q.ask("a", 0.0)
+    b1 = q.ask("b", 0.0)
+    (first,) = q.release(held, 1.0)
+    assert first is a1  # a goes to the back of the round, behind b
+    c1 = q.ask("c", 1.5)
+    assert q.release(first, 2.0) == [b1]
+    assert q.release(b1, 3.0) == [a2]
+    assert q.release(a2, 4.0) == [c1]
+
+
+@pytest.mark.parametrize(
+    ("now", "expired"),
+    [(0.99, []), (1.0, ["x"]), (1.5, ["x", "y"]), (9.0, ["x", "y"])],
+)
+def test_the_deadline_refuses_waiters(now: float, expired: list[str]) -> None:
+    q = SlotQueue(1, 5, deadline_s=1.0)
+    q.ask("held", 0.0)
+    x, y = q.ask("x", 0.0), q.ask("y", 0.5)
+    forever = q.ask("batch", 0.0, deadline_s=math.inf)
+    assert q.next_expiry() == 1.0
+    gone = q.expire(now)
+    assert [t.client for t in gone] == expired
+    assert all(t.state == "refused" and t.refusal == "deadline" for t in gone)
+    assert q.depth == 3 - len(expired)
+    assert forever.state == "waiting"
+    if expired == ["x", "y"]:
+        assert q.next_expiry() is None  # only the batch item waits, with no deadline
+    assert x.state in {"waiting", "refused"} and y.state in {"waiting", "refused"}
+
+
+def test_a_withdrawn_waiter_leaves_the_queue_and_a_double_release_is_harmless() -> None:
+    q = SlotQueue(1, 2, deadline_s=1.0)
+    held = q.ask("a", 0.0)
+    waiting = q.ask("b", 0.0)
+    assert q.release(waiting, 0.1) == [] and q.depth == 0 and waiting.state == "released"
+    assert q.release(held, 0.2) == [] and q.active == 0
+    assert q.release(held, 0.3) == [] and q.active == 0
+
+
+def test_a_holder_has_at_most_its_share_held_and_waiting() -> None:
+    q = SlotQueue(2, 4, deadline_s=1.0, per_holder=2)
+    session, other = object(), object()
+    assert q.ask("a", 0.0, session).state == "granted"
+    assert q.ask("a", 0.0, other).state == "granted"
+    queued = q.ask("a", 0.0, session)
+    assert queued.state == "waiting" and q.held_by(session) == 2
+    assert q.refusal(session) == "share"
+    third = q.ask("a", 0.0, session)
+    assert third.state == "refused" and third.refusal == "share"
+    q.release(queued, 0.1)
+    assert q.held_by(session) == 1 and q.refusal(session) is None
+
+
+def test_draining_refuses_new_tickets_but_serves_the_waiting() -> None:
+    q = SlotQueue(1, 2, deadline_s=1.0)
+    held = q.ask("a", 0.0)
+    waiting = q.ask("b", 0.0)
+    q.begin_drain()
+    late = q.ask("c", 0.1)
+    assert late.state == "refused" and late.refusal == "draining"
+    assert q.release(held, 0.2) == [waiting]
+
+
+def test_wait_false_never_queues() -> None:
+    q = SlotQueue(1, 5, deadline_s=1.0)
+    q.ask("a", 0.0)
+    now = q.ask("b", 0.0, wait=False)
+    assert now.state == "refused" and now.refusal == "full" and q.depth == 0
+
+
+# --- the gate on the event loop ---------------------------------------------------
+
+
+async def test_the_gate_notifies_grants_and_expiries_soon_and_keeps_metrics() -> None:
+    metrics = RecordingMetrics()
+    gate = AdmissionGate(SlotQueue(1, 2, deadline_s=0.05), metrics)
+    decided: list[Ticket] = []
+    held = gate.ask("a", notify=decided.append)
+    assert held.state == "granted" and decided == []  # decided at once: not notified
+    first = gate.ask("b", notify=decided.append)
+    second = gate.ask("c", notify=decided.append)
+    assert metrics.updates[-1] == (1, 1, 2)
+    gate.release(held)
+    assert first.state == "granted" and decided == []  # delivered soon, not in the caller's stack
     await asyncio.sleep(0)
-    assert order == [] and admission.active == 1
-    assert not admission.try_acquire()  # queued waiters come first
-    for expected in ([0], [0, 1], [0, 1, 2]):
-        admission.release()
-        await asyncio.sleep(0)
-        assert order == expected
-        assert admission.active == 1
-    await asyncio.gather(*tasks)
-    admission.release()
-    assert admission.active == 0
+    assert decided == [first]
+    async with asyncio.timeout(5):
+        while len(decided) < 2:
+            await asyncio.sleep(0.01)
+    assert decided == [first, second] and second.refusal == "deadline"
+    assert metrics.refusals == ["deadline"] and metrics.updates[-1] == (1, 1, 0)
+    assert len(metrics.waits) == 2 and metrics.waits[0] == 0.0
+    gate.release(first)
+    assert metrics.updates[-1] == (0, 1, 0)
 
 
-async def test_a_cancelled_waiter_gives_its_place_back() -> None:
-    admission = Admission(1, RecordingGauge())
-    assert admission.try_acquire()
-    waiter = asyncio.create_task(admission.acquire())
+async def test_acquire_waits_then_gets_the_slot() -> None:
+    gate = AdmissionGate(SlotQueue(1, 4, deadline_s=5.0), RecordingMetrics())
+    held = await gate.acquire("a")
+    waiter = asyncio.create_task(gate.acquire("b"))
+    await asyncio.sleep(0.01)
+    assert not waiter.done() and gate.queue.depth == 1
+    gate.release(held)
+    ticket = await waiter
+    assert ticket.state == "granted" and ticket.waited_s > 0
+    gate.release(ticket)
+    assert gate.active == 0
+
+
+async def test_acquire_is_refused_past_the_deadline_with_retry_advice() -> None:
+    gate = AdmissionGate(SlotQueue(1, 4, deadline_s=0.05), RecordingMetrics())
+    await gate.acquire("a")
+    with pytest.raises(Refused) as refused:
+        await gate.acquire("b")
+    assert refused.value.ticket.refusal == "deadline"
+    assert refused.value.ticket.retry_after_s == 1.0
+    assert gate.queue.depth == 0
+
+
+async def test_a_cancelled_acquire_gives_its_place_back() -> None:
+    gate = AdmissionGate(SlotQueue(1, 4, deadline_s=5.0), RecordingMetrics())
+    held = await gate.acquire("a")
+    waiter = asyncio.create_task(gate.acquire("b"))
     await asyncio.sleep(0)
     waiter.cancel()
     await asyncio.gather(waiter, return_exceptions=True)
-    admission.release()
-    assert admission.active == 0
-    assert admission.try_acquire()
+    assert gate.queue.depth == 0
+    gate.release(held)
+    assert gate.active == 0

@@ -122,7 +122,9 @@ async def test_http_readers_that_stop_reading_are_dropped_after_the_stall_timeou
 ) -> None:
     """Streamed HTTP responses nobody reads used to hold every
     ``max_http_streams`` slot (and their engine work) forever."""
-    server = server_factory(stall_timeout_s=1.0, max_http_streams=3)
+    # no admission queue: the fourth request is refused at once, not served
+    # once the stall timeout frees a slot
+    server = server_factory(stall_timeout_s=1.0, max_http_streams=3, admission_queue_length=0)
     state = server.state
     # minutes of audio: far more than any kernel buffer holds
     body = json.dumps({"voice": "joe", "input": PARAGRAPH * 20, "response_format": "pcm"})

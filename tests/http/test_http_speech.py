@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import io
 import json
 import os
@@ -273,8 +274,39 @@ def test_empty_instructions_are_accepted(piper_server: RunningServer) -> None:
     assert decode(response.content, "wav")[1] == 24000
 
 
-def test_busy_beyond_max_http_streams(server_factory: Callable[..., RunningServer]) -> None:
-    server = server_factory(max_http_streams=1)
+def test_a_request_beyond_max_http_streams_waits_and_is_then_served(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(max_http_streams=1, admission_deadline_s=120.0)
+    body = {"voice": "joe", "input": TEXT, "response_format": "pcm", "stream": True}
+    with httpx.stream(
+        "POST",
+        server.http + "/v1/audio/speech",
+        json={"voice": "joe", "input": TEXT * 3, "response_format": "pcm"},
+        timeout=60,
+    ) as first:
+        chunks = first.iter_bytes()
+        next(chunks)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            second = pool.submit(
+                httpx.post, server.http + "/v1/audio/speech", json=body, timeout=60
+            )
+            deadline = time.monotonic() + 10
+            while metric(server.http, 'gateway_admission_queue_depth{surface="http"}') != 1:
+                assert time.monotonic() < deadline, "the second request never queued"
+                time.sleep(0.02)
+            assert not second.done()
+            for _ in chunks:  # the first finishes: its slot passes to the second
+                pass
+            answer = second.result(timeout=60)
+    assert answer.status_code == 200 and len(answer.content) > 1000, answer.text
+    assert metric(server.http, 'gateway_admission_wait_seconds_count{surface="http"}') == 2
+
+
+def test_a_request_past_the_deadline_is_busy_with_retry_after(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(max_http_streams=1, admission_deadline_s=0.2)
     with httpx.stream(
         "POST",
         server.http + "/v1/audio/speech",
@@ -289,8 +321,11 @@ def test_busy_beyond_max_http_streams(server_factory: Callable[..., RunningServe
             json={"voice": "joe", "input": TEXT, "response_format": "pcm"},
             timeout=30,
         )
-        assert second.status_code == 503
-        assert second.json()["error"]["code"] == "busy"
+        assert second.status_code == 503 and second.headers["Retry-After"] == "1"
+        error = second.json()["error"]
+        assert error["code"] == "busy" and "within 0.2 s" in error["message"]
+        refused = 'gateway_admission_refused_total{reason="deadline",surface="http"}'
+        assert metric(server.http, refused) == 1
 
 
 async def test_disconnect_stops_engine_work(piper_server: RunningServer) -> None:

@@ -20,7 +20,7 @@ from gateway import protocol
 from gateway.engines.base import SegmentStats, WordTiming
 from gateway.engines.synthetic import SyntheticEngine
 from gateway.errors import CloseCode, ErrorCode, GatewayError
-from gateway.flow.admission import Admission
+from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
 from gateway.session.audio_stream import QueuedSegment
 from gateway.session.cancel_report import cancel_report, heard_position
@@ -61,10 +61,15 @@ class Harness:
     def __init__(self, engine: type[SyntheticEngine] = SyntheticEngine, **overrides: Any) -> None:
         self.settings = make_settings(engine="synthetic", **overrides)
         self.engine = engine(self.settings)
-        self.admission = Admission(
-            self.settings.max_active_streams,
-            Metrics().streams_active,
-            per_holder=self.settings.max_streams_per_session,
+        s = self.settings
+        self.admission = AdmissionGate(
+            SlotQueue(
+                s.max_active_streams,
+                s.admission_queue_length,
+                s.admission_deadline_s,
+                per_holder=s.max_streams_per_session,
+            ),
+            Metrics().admission("ws"),
         )
         self.out = RecordingSender()
         self.session = Session(self.engine, self.settings, Metrics(), self.admission, self.out)
@@ -210,7 +215,9 @@ async def test_a_session_holds_at_most_its_share_of_slots() -> None:
 
 
 async def test_flush_without_a_free_slot_is_refused_and_keeps_the_text() -> None:
-    h = Harness(max_active_streams=1)
+    """With no admission queue (``admission_queue_length = 0``) a commit
+    that finds every slot taken is refused at once."""
+    h = Harness(max_active_streams=1, admission_queue_length=0)
     try:
         h.handle(HELD)
         h.handle(protocol.InputText(text="waiting words", context_id="b"))  # holds none
@@ -230,6 +237,86 @@ async def test_flush_without_a_free_slot_is_refused_and_keeps_the_text() -> None
                 await asyncio.sleep(0.01)
         spoken = [e for e in h.out.events if isinstance(e, protocol.AudioStart)]
         assert spoken[-1].sentence_text == "waiting words"
+    finally:
+        await h.session.shutdown()
+    assert h.admission.active == 0
+
+
+async def test_a_commit_without_a_free_slot_waits_and_is_spoken_on_the_grant() -> None:
+    """Committed, waiting for a slot: a state of the core.  More text is
+    accepted meanwhile; the grant (an event) hands the segments to the stream,
+    and the wait is part of the utterance's first-audio time."""
+    h = Harness(max_active_streams=1)
+    decided: list[object] = []
+    h.session.slot_listener = lambda ticket: decided.append(h.session.slot_event(ticket))
+    try:
+        h.handle(HELD)
+        h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
+        h.handle(protocol.InputFlush(context_id="a"))
+        h.handle(protocol.SessionConfig(flow_control="none"))  # b is not held by its listener
+        assert h.handle(protocol.InputText(text="Waits its turn.", context_id="b")) == []
+        assert h.handle(protocol.InputText(text=" And more.", context_id="b")) == []
+        assert h.handle(protocol.InputDone(context_id="b")) == []  # no session.done yet
+        assert h.admission.active == 1 and h.admission.queue.depth == 1
+        assert h.session.busy() and h.session.producing()
+        await asyncio.sleep(0.05)
+        assert not any(
+            isinstance(e, protocol.AudioStart) and e.context_id == "b" for e in h.out.events
+        )
+        h.handle(protocol.Cancel(context_id="a"))  # frees the slot: b is granted
+        await h.out.wait_for(protocol.SessionDone, 2)
+        assert decided == [[]]  # the grant answered nothing itself
+        done = [e for e in h.out.events if isinstance(e, protocol.SessionDone)][-1]
+        assert done.context_id == "b" and not done.cancelled and done.total_sentences == 2
+        assert done.metrics is not None and done.metrics.admission_wait_ms >= 50
+        assert done.metrics.first_audio_ms is not None
+        assert done.metrics.first_audio_ms >= done.metrics.admission_wait_ms
+    finally:
+        await h.session.shutdown()
+    assert h.admission.active == 0 and h.admission.queue.depth == 0
+
+
+async def test_a_commit_that_waits_past_the_deadline_is_busy_and_reported() -> None:
+    h = Harness(max_active_streams=1, admission_deadline_s=0.1)
+    decided: list[list[Any]] = []
+    h.session.slot_listener = lambda ticket: decided.append(h.session.slot_event(ticket))
+    try:
+        h.handle(HELD)
+        h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
+        h.handle(protocol.InputFlush(context_id="a"))
+        h.handle(protocol.InputText(text="Never gets one.", context_id="b"))
+        h.handle(protocol.InputFlush(context_id="b"))
+        async with asyncio.timeout(5):
+            while not decided:
+                await asyncio.sleep(0.01)
+        (actions,) = decided
+        assert _types(actions) == [protocol.Error, protocol.AudioCancelled, protocol.SessionDone]
+        error = actions[0]
+        assert error.code == ErrorCode.BUSY and not error.fatal and error.context_id == "b"
+        assert error.retry_after_ms == 1000 and "within 0.1 s" in error.message
+        assert actions[1].unspoken_text == "Never gets one." and actions[1].spoken_text == ""
+        assert actions[2].cancelled
+        assert h.admission.queue.depth == 0 and h.admission.active == 1
+        assert not h.session._has_work(h.session.contexts.get("b"))  # type: ignore[arg-type]
+    finally:
+        await h.session.shutdown()
+    assert h.admission.active == 0
+
+
+async def test_a_cancel_of_a_waiting_utterance_leaves_the_queue_and_reports_it() -> None:
+    h = Harness(max_active_streams=1)
+    try:
+        h.handle(HELD)
+        h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
+        h.handle(protocol.InputFlush(context_id="a"))
+        h.handle(protocol.InputText(text="Waits. And waits more", context_id="b"))
+        h.handle(protocol.InputFlush(context_id="b"))
+        assert h.admission.queue.depth == 1
+        actions = h.handle(protocol.Cancel(context_id="b"))
+        assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone]
+        assert actions[0].unspoken_text == "Waits. And waits more"
+        assert h.admission.queue.depth == 0 and h.admission.active == 1
+        assert not h.session._has_work(h.session.contexts.get("b"))  # type: ignore[arg-type]
     finally:
         await h.session.shutdown()
     assert h.admission.active == 0
