@@ -32,9 +32,9 @@ and appends JSON lines to ``--out`` as it goes:
   one batch (chunk plus lookahead on each side), as a reference for what
   stacking could buy; this is NOT the streamed path.
 
-The carried state of ``DecoderStream`` has no batch dimension (time-major
-``[samples, channels]`` tensors whose lengths depend on each stream's history),
-so streams are not stacked: see docs/engine.md.
+Streams are not stacked here: the batched carried-state step
+(``stateful.push_batch``) came later and is measured on the CPU by
+``bench/vocoder_batch.py``; see docs/engine.md.
 
     python bench/vocoder_cuda.py prepare --data artifacts/device
     PYTHONPATH=. python3 bench/vocoder_cuda.py run --data artifacts/device --out results.jsonl

@@ -131,6 +131,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
 
     routes = [
         Route("/healthz", healthz),
+        # vllm-omni's and vLLM's liveness path: a gateway is a replica on the defaults
+        Route("/health", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
         WebSocketRoute("/v1/audio/speech/stream", stream_endpoint),

@@ -42,6 +42,11 @@ class ErrorSpec:
     summary: str
 
 
+#: how long a client told ``busy`` should wait before it retries (seconds):
+#: HTTP's ``Retry-After``, the WebSocket ``error``'s ``retry_after_ms``
+BUSY_RETRY_AFTER_S = 1
+
+
 class ErrorCode(enum.StrEnum):
     INVALID_JSON = "invalid_json"
     INVALID_MESSAGE = "invalid_message"

@@ -360,7 +360,9 @@ class Error(_Message, tag="error", kw_only=True):
     action: str | None = None
     #: the ``request_id`` of the ``voice.*`` request that was refused
     request_id: RequestId = None
-    #: on ``busy`` for an utterance (protocol 1.3): milliseconds to wait before retrying
+    #: on ``busy``: milliseconds to wait before retrying, for an utterance
+    #: refused a stream slot (protocol 1.3) or a sentence no engine server
+    #: could take now (HTTP's ``Retry-After``)
     retry_after_ms: int | None = None
 
 

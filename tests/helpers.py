@@ -205,14 +205,19 @@ class ServeProcess:
 
 @contextmanager
 def serve_process(
-    data_dir: Path, package_root: Path = ROOT, cwd: Path = ROOT, **settings: object
+    data_dir: Path,
+    package_root: Path = ROOT,
+    cwd: Path = ROOT,
+    port: int | None = None,
+    **settings: object,
 ) -> Iterator[ServeProcess]:
     """Start a server with ``GATEWAY_<SETTING>`` environment overrides and
     wait until ``/readyz`` answers 200; stopped on exit.  Output goes to a
     log file (a pipe could fill up and block a chatty server).  The
     ``gateway`` package is imported from ``package_root`` (the checkout, or
-    an unpacked wheel) and the server runs in ``cwd``."""
-    port = free_port()
+    an unpacked wheel) and the server runs in ``cwd``, on ``port`` (a free
+    one when not given)."""
+    port = port or free_port()
     env = {
         **os.environ,
         "PYTHONPATH": str(package_root),

@@ -233,9 +233,12 @@ class SynthesisError(Exception):
     the client's mistake, which the HTTP API answers with 400
     ``engine_refused`` rather than a server error."""
 
-    def __init__(self, message: str, *, refused: bool = False) -> None:
+    def __init__(self, message: str, *, refused: bool = False, busy: bool = False) -> None:
         super().__init__(message)
         self.refused = refused
+        #: capacity, not failure: no server could take the segment now (all
+        #: full, ejected, unready or refusing connections); ``busy`` to clients
+        self.busy = busy
 
 
 class SynthesisJob(abc.ABC):

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import BUSY_RETRY_AFTER_S, ErrorCode, GatewayError
 from gateway.http.security import key_ok
 from gateway.state import GatewayState
 
@@ -38,7 +38,11 @@ def error_response(error: GatewayError, state: GatewayState | None = None) -> JS
         state.metrics.errors.labels(code=str(error.code)).inc()
     headers = None
     if error.code is ErrorCode.BUSY:
-        retry = 1 if error.retry_after_s is None else max(1, math.ceil(error.retry_after_s))
+        retry = (
+            BUSY_RETRY_AFTER_S
+            if error.retry_after_s is None
+            else max(1, math.ceil(error.retry_after_s))
+        )
         headers = {"Retry-After": str(retry)}
     return JSONResponse(error_body(error), status_code=error.code.spec.http_status, headers=headers)
 

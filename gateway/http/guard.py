@@ -17,7 +17,7 @@ so that it can explain a refusal in an ``error`` event before closing):
    ``rate_limited`` with ``Retry-After``.  A request is in progress until its
    response body has been sent (a streamed speech response counts all along).
 
-``/healthz``, ``/readyz``, ``/metrics`` and the demo page are not guarded:
+``/healthz``, ``/health``, ``/readyz``, ``/metrics`` and the demo page are not guarded:
 they change nothing, and orchestrators probe them by IP address.
 
 What it must not do: read request bodies (the routes cap and parse them).

@@ -17,6 +17,11 @@ forever.  ``GuardedSend`` wraps the ASGI ``send`` of a speech response:
   response's producer is cancelled, which cancels the engine stream and
   releases the admission slot (``gateway.http.speech``).
 
+A response that fails after its status went out is ``cut``: the transport is
+closed after what was sent, so the client sees an incomplete body, and the
+application returns normally (no traceback for a failure already reported
+in one log line).
+
 Reaching the transport: Starlette's ``ServerErrorMiddleware`` (always the
 outermost layer) wraps ``send`` for HTTP scopes, so ``TransportMiddleware``
 cannot see uvicorn's request cycle there.  ``GatewayApp`` (``gateway.app``)
@@ -78,3 +83,19 @@ class GuardedSend:
                 if not transport.is_closing() or transport.get_write_buffer_size() > 0:
                     transport.abort()
             raise HttpStalled from None
+
+    def cut(self) -> bool:
+        """End the response short of its end: what was sent is flushed, then
+        the connection is closed, so the client sees an incomplete body (the
+        caller waits for uvicorn's ``http.disconnect`` before returning, or
+        uvicorn would log an application that "returned without completing
+        response").  False under a server whose transport is not reachable
+        (the caller raises instead, and the server closes the connection)."""
+        if self._cycle is None:
+            return False
+        self._cycle.transport.close()
+        return True
+
+
+#: longest wait for a cut response's connection to be gone
+CUT_WAIT_S = 2.0

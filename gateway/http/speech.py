@@ -84,7 +84,7 @@ from gateway.http.errors import (
     gateway_state,
     read_body,
 )
-from gateway.http.outbound import GuardedSend, HttpStalled
+from gateway.http.outbound import CUT_WAIT_S, GuardedSend, HttpStalled
 from gateway.http.security import agent_identity
 from gateway.http.voices import resolve_voice
 from gateway.protocol import too_deep
@@ -310,9 +310,13 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
 
 def synthesis_error(exc: SynthesisError) -> GatewayError:
     """A failed segment as the HTTP API reports it: 400 ``engine_refused``
-    when the engine refused the request as invalid, else 500 ``internal``."""
+    when the engine refused the request as invalid, 503 ``busy`` (with
+    ``Retry-After``) when no engine server could take it now, else 500
+    ``internal``."""
     if exc.refused:
         return GatewayError(ErrorCode.ENGINE_REFUSED, str(exc))
+    if exc.busy:
+        return GatewayError(ErrorCode.BUSY, f"synthesis failed: {exc}")
     return GatewayError(ErrorCode.INTERNAL, f"synthesis failed: {exc}")
 
 
@@ -517,6 +521,7 @@ class SpeechResponse:
         self.state = state
         self.whole = whole
         self.on_close = on_close
+        self.cut = False  #: failed mid-body: the connection was closed
 
     def _start(self, length: int | None) -> Message:
         headers = [(b"content-type", self.media_type.encode())]
@@ -560,6 +565,9 @@ class SpeechResponse:
                 # the status is gone already: cut the body short so the
                 # client sees an incomplete response, never a clean end
                 log.warning("HTTP speech failed mid-response: %s", error.message)
+                if isinstance(send, GuardedSend) and send.cut():
+                    self.cut = True
+                    return
                 raise
             response = error_response(error, self.state)
             await response({"type": "http"}, _never_receive, send)
@@ -579,6 +587,11 @@ class SpeechResponse:
             if not producer.done():
                 log.info("HTTP client went away: speech work stopped")
                 producer.cancel()
+            elif self.cut:
+                # the connection is closing: return once uvicorn saw it go
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(CUT_WAIT_S):
+                        await asyncio.shield(listener)
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
             with contextlib.suppress(asyncio.CancelledError):

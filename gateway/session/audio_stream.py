@@ -190,6 +190,8 @@ def _failure(segment: Segment, exc: SynthesisError) -> GatewayError:
         return GatewayError(
             ErrorCode.ENGINE_REFUSED, f"the engine refused sentence {segment.index}: {exc}"
         )
+    if exc.busy:  # capacity: no engine server could take it now (retry advice follows)
+        return GatewayError(ErrorCode.BUSY, f"synthesis of sentence {segment.index} failed: {exc}")
     return GatewayError(ErrorCode.INTERNAL, f"synthesis of sentence {segment.index} failed: {exc}")
 
 

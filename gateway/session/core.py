@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 from gateway import protocol
 from gateway.engines.base import Engine, SegmentStats, WordTiming
-from gateway.errors import CloseCode, ErrorCode, GatewayError
+from gateway.errors import BUSY_RETRY_AFTER_S, CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import AdmissionGate, Ticket
 from gateway.flow.budget import DecodeBudget
 from gateway.session.audio_stream import AudioStream, QueuedSegment, Sender, StreamEnv
@@ -786,6 +786,9 @@ class Session:
                     context_id=ctx.id,
                     partial_audio=sent_bytes > 0,
                     action="sentence_skipped",
+                    retry_after_ms=(
+                        BUSY_RETRY_AFTER_S * 1000 if failure.code is ErrorCode.BUSY else None
+                    ),
                 )
             )
         messages.append(utt.audio_done(ctx.id, segment, sent_bytes, error=failure is not None))

@@ -20,10 +20,20 @@ receptive field, about 11 latent frames for Piper's medium voices), so a chunk
 returns exactly the samples of ``[start, end)``, holding any extra for the
 next chunk.
 
-Activations are time-major (``[samples, channels]``) and convolutions run
-unpadded on the carried tail plus the new input, in oneDNN on the CPU (see
-``_conv``).  A sum of one matrix product per kernel tap was tried and
-measured no faster on the 2-core CPU.
+Activations are time-major (``[batch, samples, channels]``; a stream's own
+state has a batch of 1) and convolutions run unpadded on the carried tail
+plus the new input, in oneDNN on the CPU (see ``_conv``).  A sum of one
+matrix product per kernel tap was tried and measured no faster on the 2-core
+CPU.
+
+Batched steps (``push_batch``): after an utterance's first push every layer's
+lag is fixed, so every stream of a model carries state of the same shapes
+(``DecoderStream.batch_key``) and streams pushing the same number of frames
+can run one step together: their state tensors are stacked on the batch
+dimension, the layers run once, and each stream takes its row of the new
+state back.  The result is bit-identical to pushing each stream alone
+(tested); what it saves on the CPU is measured in ``bench/vocoder_batch.py``
+(docs/engine.md).  The decode worker does not use it yet.
 
 Bounded shapes: oneDNN compiles (JIT) one primitive per convolution shape and
 keeps it in a process-wide cache (1,024 entries by default, LRU).  The latent
@@ -48,7 +58,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,9 +73,18 @@ _mkldnn_conv = torch.ops.aten.mkldnn_convolution
 _packed_conv = torch.ops.mkldnn._convolution_pointwise
 
 
+#: one piece of a layer's carried state: a tensor, not yet one, or a count
+_State = torch.Tensor | int | None
+
+
+def _tensor(value: _State) -> torch.Tensor:
+    assert isinstance(value, torch.Tensor)
+    return value
+
+
 def _none(x: torch.Tensor) -> torch.Tensor:
-    """No samples, with ``x``'s channels."""
-    return x[:0]
+    """No samples, with ``x``'s batch and channels."""
+    return x[:, :0]
 
 
 def _conv_weight(weight: torch.Tensor, dilation: int = 1) -> torch.Tensor:
@@ -100,13 +119,13 @@ def _pack(weight: torch.Tensor, dilation: int) -> torch.Tensor:
 def _conv(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1
 ) -> torch.Tensor:
-    """An unpadded convolution of time-major ``x`` [T, in] -> [T - span, out].
+    """An unpadded convolution of time-major ``x`` [B, T, in] -> [B, T - span, out].
 
-    ``x`` seen as [1, in, 1, T] is a channels-last image, which oneDNN runs
+    ``x`` seen as [B, in, 1, T] is a channels-last image, which oneDNN runs
     about 30% faster than the channel-major layout on the late, narrow, long
     layers (measured on the 2-core CPU), and the result comes back
     time-major too, so no layer ever transposes."""
-    x4 = x.t()[None, :, None, :]
+    x4 = x.transpose(1, 2)[:, :, None, :]
     if weight.is_mkldnn:
         # prepacked (``_pack``): oneDNN reads the weights as they are
         out: torch.Tensor = _packed_conv(
@@ -119,19 +138,19 @@ def _conv(
         out = _mkldnn_conv(x4, weight, bias, [0, 0], [1, 1], [1, dilation], 1)
     else:
         out = functional.conv2d(x4, weight, bias, dilation=(1, dilation))
-    return out[0, :, 0, :].t()
+    return out[:, :, 0, :].transpose(1, 2)
 
 
 def _fill(held: torch.Tensor, x: torch.Tensor, slope: float | None) -> torch.Tensor:
     """``held`` then ``x`` (through a leaky ReLU when ``slope`` is given) in
     one new buffer: one pass over ``x``, not two."""
-    n = held.shape[0]
-    buf = x.new_empty((n + x.shape[0], x.shape[1]))
-    buf[:n] = held
+    n = held.shape[1]
+    buf = x.new_empty((x.shape[0], n + x.shape[1], x.shape[2]))
+    buf[:, :n] = held
     if slope is None:
-        buf[n:] = x
+        buf[:, n:] = x
     else:
-        torch.ops.aten.leaky_relu.out(x, slope, out=buf[n:])
+        torch.ops.aten.leaky_relu.out(x, slope, out=buf[:, n:])
     return buf
 
 
@@ -184,21 +203,28 @@ class _Conv:
         if not isinstance(padding, int) or 2 * padding != self.span:
             raise UnsupportedSpecError("streamed convolutions must be 'same'-padded")
         self.padding = padding
-        self.tail = conv.weight.new_zeros((padding, conv.in_channels))  # left zero padding
+        self.tail = conv.weight.new_zeros((1, padding, conv.in_channels))  # left zero padding
         self.out_channels = conv.out_channels
 
     def push(self, x: torch.Tensor) -> torch.Tensor:
         buf = _fill(self.tail, x, self.slope)
-        length = buf.shape[0] - self.span
+        length = buf.shape[1] - self.span
         if length <= 0:
             self.tail = buf
-            return x.new_zeros((0, self.out_channels))
-        self.tail = buf[length:]
+            return x.new_zeros((x.shape[0], 0, self.out_channels))
+        self.tail = buf[:, length:]
         return _conv(buf, self.weight, self.bias, self.dilation)
+
+    def state(self) -> list[_State]:
+        return [self.tail]
+
+    def restore(self, values: Iterator[_State]) -> None:
+        self.tail = _tensor(next(values))
 
     def flush(self) -> torch.Tensor:
         # the right-hand zero padding (leaky ReLU keeps zeros zero)
-        return self.push(self.tail.new_zeros((self.padding, self.tail.shape[1])))
+        tail = self.tail
+        return self.push(tail.new_zeros((tail.shape[0], self.padding, tail.shape[2])))
 
 
 class _ConvTranspose:
@@ -221,30 +247,39 @@ class _ConvTranspose:
         self.slope = slope
         self.weight, self.bias = _prepared(conv, scale)
         self.out_channels = conv.out_channels
-        self.prev = conv.weight.new_zeros((1, conv.in_channels))  # input -1 is zero
+        self.prev = conv.weight.new_zeros((1, 1, conv.in_channels))  # input -1 is zero
         self.skip = padding  # the whole-utterance output starts `padding` samples in
         self.tail_length = kernel - padding - s  # raw samples past the last input's block
 
     def _run(self, x: torch.Tensor, slope: float | None) -> torch.Tensor:
         buf = _fill(self.prev, x, slope)
-        self.prev = buf[-1:]
-        out = _conv(buf, self.weight, self.bias)  # [T, s * out], phase-major channels
-        return out.reshape(out.shape[0] * self.stride, self.out_channels)
+        self.prev = buf[:, -1:]
+        out = _conv(buf, self.weight, self.bias)  # [B, T, s * out], phase-major channels
+        return out.reshape(out.shape[0], out.shape[1] * self.stride, self.out_channels)
 
     def _crop(self, y: torch.Tensor) -> torch.Tensor:
         if self.skip:
-            cut = min(self.skip, y.shape[0])
+            cut = min(self.skip, y.shape[1])
             self.skip -= cut
-            y = y[cut:]
+            y = y[:, cut:]
         return y
 
+    def state(self) -> list[_State]:
+        return [self.prev, self.skip]
+
+    def restore(self, values: Iterator[_State]) -> None:
+        self.prev = _tensor(next(values))
+        skip = next(values)
+        assert isinstance(skip, int)
+        self.skip = skip
+
     def push(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] == 0:
-            return x.new_zeros((0, self.out_channels))
+        if x.shape[1] == 0:
+            return x.new_zeros((x.shape[0], 0, self.out_channels))
         return self._crop(self._run(x, self.slope))
 
     def flush(self) -> torch.Tensor:
-        tail = self._run(torch.zeros_like(self.prev), None)[: max(0, self.tail_length)]
+        tail = self._run(torch.zeros_like(self.prev), None)[:, : max(0, self.tail_length)]
         return self._crop(tail)
 
 
@@ -259,22 +294,32 @@ class _ResidualStep:
         for conv in self.convs:
             x = conv.push(x)
             if flush:
-                x = torch.cat((x, conv.flush()))
+                x = torch.cat((x, conv.flush()), dim=1)
         return x
 
     def _add(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
         """``branch`` (a fresh tensor) += the inputs it lines up with."""
         if self.pending is None:
             self.pending = _none(x)
-        held, n = self.pending.shape[0], branch.shape[0]
+        held, n = self.pending.shape[1], branch.shape[1]
         if n <= held:
-            branch += self.pending[:n]
-            self.pending = torch.cat((self.pending[n:], x))
+            branch += self.pending[:, :n]
+            self.pending = torch.cat((self.pending[:, n:], x), dim=1)
             return branch
-        branch[:held] += self.pending
-        branch[held:] += x[: n - held]
-        self.pending = x[n - held :]
+        branch[:, :held] += self.pending
+        branch[:, held:] += x[:, : n - held]
+        self.pending = x[:, n - held :]
         return branch
+
+    def state(self) -> list[_State]:
+        return [self.pending, *(v for conv in self.convs for v in conv.state())]
+
+    def restore(self, values: Iterator[_State]) -> None:
+        pending = next(values)
+        assert pending is None or isinstance(pending, torch.Tensor)
+        self.pending = pending
+        for conv in self.convs:
+            conv.restore(values)
 
     def push(self, x: torch.Tensor) -> torch.Tensor:
         return self._add(x, self._branch(x, flush=False))
@@ -296,7 +341,7 @@ class _ResBlock:
     def flush(self) -> torch.Tensor:
         out: torch.Tensor | None = None
         for step in self.steps:
-            out = step.flush() if out is None else torch.cat((step.push(out), step.flush()))
+            out = step.flush() if out is None else torch.cat((step.push(out), step.flush()), dim=1)
         assert out is not None
         return out
 
@@ -311,18 +356,32 @@ class _Mean:
 
     def _combine(self, outs: list[torch.Tensor]) -> torch.Tensor:
         held = [p if p is not None else _none(o) for p, o in zip(self.pending, outs, strict=True)]
-        n = min(h.shape[0] + o.shape[0] for h, o in zip(held, outs, strict=True))
-        acc = outs[0].new_empty((n, outs[0].shape[1]))
+        n = min(h.shape[1] + o.shape[1] for h, o in zip(held, outs, strict=True))
+        first = outs[0]
+        acc = first.new_empty((first.shape[0], n, first.shape[2]))
         for i, (h, o) in enumerate(zip(held, outs, strict=True)):
-            m = min(n, h.shape[0])
+            m = min(n, h.shape[1])
             if i == 0:
-                acc[:m] = h[:m]
-                acc[m:] = o[: n - m]
+                acc[:, :m] = h[:, :m]
+                acc[:, m:] = o[:, : n - m]
             else:
-                acc[:m] += h[:m]
-                acc[m:] += o[: n - m]
-            self.pending[i] = torch.cat((h[m:], o)) if m == n else o[n - m :]
+                acc[:, :m] += h[:, :m]
+                acc[:, m:] += o[:, : n - m]
+            self.pending[i] = torch.cat((h[:, m:], o), dim=1) if m == n else o[:, n - m :]
         return acc
+
+    def state(self) -> list[_State]:
+        steps = (step for block in self.blocks for step in block.steps)
+        return [*self.pending, *(v for step in steps for v in step.state())]
+
+    def restore(self, values: Iterator[_State]) -> None:
+        for i in range(len(self.pending)):
+            pending = next(values)
+            assert pending is None or isinstance(pending, torch.Tensor)
+            self.pending[i] = pending
+        for block in self.blocks:
+            for step in block.steps:
+                step.restore(values)
 
     def push(self, x: torch.Tensor) -> torch.Tensor:
         return self._combine([block.push(x) for block in self.blocks])
@@ -344,7 +403,7 @@ class _Stage:
     def flush_after(self, x: torch.Tensor) -> torch.Tensor:
         """Push ``x`` (the previous layer's last output), then flush."""
         head = self.push(x)
-        return torch.cat((head, self.mean.push(self.up.flush()), self.mean.flush()))
+        return torch.cat((head, self.mean.push(self.up.flush()), self.mean.flush()), dim=1)
 
 
 class DecoderStream:
@@ -370,10 +429,14 @@ class DecoderStream:
     def push(self, latent: torch.Tensor) -> torch.Tensor:
         """``latent`` [frames, channels] -> the samples these frames determine."""
         self.pushed += latent.shape[0]
-        x = self.conv_pre.push(latent)
+        return self._push(latent[None])[0]
+
+    def _push(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, frames, channels] -> [B, samples], B the batch of the state."""
+        x = self.conv_pre.push(x)
         for stage in self.stages:
             x = stage.push(x)
-        return torch.tanh(self.conv_post.push(x))[:, 0]
+        return torch.tanh(self.conv_post.push(x))[:, :, 0]
 
     def flush(self) -> torch.Tensor:
         """End of the utterance: the samples still owed."""
@@ -381,8 +444,69 @@ class DecoderStream:
         x = self.conv_pre.flush()
         for stage in self.stages:
             x = stage.flush_after(x)
-        x = torch.cat((self.conv_post.push(x), self.conv_post.flush()))
-        return torch.tanh(x)[:, 0]
+        x = torch.cat((self.conv_post.push(x), self.conv_post.flush()), dim=1)
+        return torch.tanh(x)[0, :, 0]
+
+    def state(self) -> list[_State]:
+        """Every piece of carried state, in a fixed order (tensors ``[1, ...]``)."""
+        values: list[_State] = [*self.conv_pre.state()]
+        for stage in self.stages:
+            values += stage.up.state()
+            values += stage.mean.state()
+        return values + self.conv_post.state()
+
+    def restore(self, values: Iterator[_State]) -> None:
+        self.conv_pre.restore(values)
+        for stage in self.stages:
+            stage.up.restore(values)
+            stage.mean.restore(values)
+        self.conv_post.restore(values)
+
+    def batch_key(self) -> tuple[object, ...]:
+        """Streams with equal keys can be pushed together (``push_batch``):
+        the same model, every state tensor of the same shape, the same
+        start-up crop.  After an utterance's first push every stream of a
+        model has the same key (each layer's lag is then fixed)."""
+        return (
+            id(self.conv_pre.weight),
+            self.flushed,
+            *(v.shape[1] if isinstance(v, torch.Tensor) else v for v in self.state()),
+        )
+
+
+def push_batch(streams: Sequence[DecoderStream], latent: torch.Tensor) -> torch.Tensor:
+    """One step of several streams with equal ``batch_key``: ``latent``
+    [B, frames, channels] (row b for ``streams[b]``) -> [B, samples].
+
+    Each stream's carried tensors are stacked on the batch dimension, the
+    layers run once for all, and each stream gets its row of the new state
+    back, so the result equals pushing each stream on its own (up to the
+    float rounding of a batched convolution).  State stays per stream
+    between steps: a stream may be pushed alone or in any other batch next."""
+    if latent.shape[0] != len(streams) or not streams:
+        raise ValueError("one latent row per stream")
+    if len(streams) == 1:
+        return streams[0].push(latent[0])[None]
+    key = streams[0].batch_key()
+    if any(stream.batch_key() != key for stream in streams[1:]):
+        raise ValueError("streams with different state shapes cannot be batched")
+    states = [stream.state() for stream in streams]
+    carrier = streams[0]
+    stacked = [
+        torch.cat([_tensor(s[i]) for s in states]) if isinstance(v, torch.Tensor) else v
+        for i, v in enumerate(states[0])
+    ]
+    carrier.restore(iter(stacked))
+    try:
+        out = carrier._push(latent)
+        new = carrier.state()
+    except BaseException:
+        carrier.restore(iter(states[0]))
+        raise
+    for b, stream in enumerate(streams):
+        stream.restore(iter(v[b : b + 1] if isinstance(v, torch.Tensor) else v for v in new))
+        stream.pushed += latent.shape[1]
+    return out
 
 
 def _resblock(block: nn.Module, slope: float) -> _ResBlock:

@@ -207,6 +207,61 @@ def test_decode_state_is_per_utterance(joe: LoadedVoice) -> None:
         assert snr_db(vocoder.decode(latent), np.concatenate(out[id(latent)])) >= 60
 
 
+def test_batched_steps_equal_unbatched_pushes(joe: LoadedVoice) -> None:
+    """Streams of different utterances, started alone with first pushes of
+    different sizes (a plain and a merged first chunk), then stepped
+    together with ``push_batch`` and alone in turn: every batched step
+    returns what the same streams pushed one by one return, and each
+    utterance's whole streamed output still equals its offline decode."""
+    vocoder = joe.vocoder
+    assert vocoder is not None
+    latents = [latent_of(joe, text) for text in (MEDIUM, SENTENCE, LONG)]
+    look = vocoder.lookahead_frames
+    firsts = [16 + look, 48 + look, 16 + look]
+
+    def rows(latent: np.ndarray, start: int, count: int) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(latent[:, start : start + count].T))
+
+    with torch.inference_mode():
+        batched = [stateful.DecoderStream(vocoder.model) for _ in latents]
+        alone = [stateful.DecoderStream(vocoder.model) for _ in latents]
+        outs: list[list[torch.Tensor]] = [[] for _ in latents]
+        fresh = stateful.DecoderStream(vocoder.model)
+        for i, (latent, first) in enumerate(zip(latents, firsts, strict=True)):
+            for stream in (batched[i], alone[i]):
+                piece = stream.push(rows(latent, 0, first))
+            outs[i].append(piece)
+        keys = {stream.batch_key() for stream in batched}
+        assert len(keys) == 1  # any first push leaves the same state shapes
+        assert fresh.batch_key() not in keys
+        with pytest.raises(ValueError):
+            stateful.push_batch([fresh, batched[0]], torch.zeros((2, 8, vocoder.latent_channels)))
+        for step, size in enumerate([32, 64, 64, 8, 1, 64]):
+            together = [i for i, s in enumerate(batched) if s.pushed + size <= latents[i].shape[1]]
+            if step == 3:
+                together = together[:2]  # a batch of some of them; the other alone
+            x = torch.stack([rows(latents[i], batched[i].pushed, size) for i in together])
+            got = stateful.push_batch([batched[i] for i in together], x)
+            for row, i in enumerate(together):
+                want = alone[i].push(x[row])
+                assert torch.allclose(got[row], want, rtol=0, atol=1e-6)
+                outs[i].append(got[row])
+            for i, stream in enumerate(batched):
+                if i not in together and stream.pushed < latents[i].shape[1]:
+                    count = min(size, latents[i].shape[1] - stream.pushed)
+                    piece = rows(latents[i], stream.pushed, count)
+                    outs[i].append(stream.push(piece))
+                    alone[i].push(piece)
+        for i, (latent, stream) in enumerate(zip(latents, batched, strict=True)):
+            if stream.pushed < latent.shape[1]:
+                outs[i].append(stream.push(rows(latent, stream.pushed, latent.shape[1])))
+            outs[i].append(stream.flush())
+            streamed = torch.cat(outs[i]).numpy()
+            full = vocoder.decode(latent)
+            assert streamed.shape == full.shape
+            assert snr_db(full, streamed) >= 60
+
+
 def _stream_convs(stream: stateful.DecoderStream) -> list[stateful._Conv | stateful._ConvTranspose]:
     convs: list[stateful._Conv | stateful._ConvTranspose] = [stream.conv_pre, stream.conv_post]
     for stage in stream.stages:
@@ -237,10 +292,10 @@ def test_prepacked_weights_give_the_plain_layout_s_result(joe: LoadedVoice) -> N
         plain = conv.weight.to_dense().contiguous(memory_format=torch.channels_last)
         assert not plain.is_mkldnn
         for length in (span + 1, span + 37, span + 2048):
-            x = torch.from_numpy(rng.standard_normal((length, conv.weight.shape[1]), np.float32))
+            x = torch.from_numpy(rng.standard_normal((1, length, conv.weight.shape[1]), np.float32))
             packed_out = stateful._conv(x, conv.weight, conv.bias, dilation)
             plain_out = stateful._conv(x, plain, conv.bias, dilation)
-            assert packed_out.shape == (length - span, conv.weight.shape[0])
+            assert packed_out.shape == (1, length - span, conv.weight.shape[0])
             assert torch.equal(packed_out, plain_out)
             checked += 1
     assert checked == 3 * len(convs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.engines.pool.replicas import ERROR_BODY_BYTES, error_message
+from gateway.engines.pool.replicas import ERROR_BODY_BYTES, error_message, redact_text
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,28 @@ def test_error_message(status: int, body: bytes, message: str) -> None:
 def test_only_the_start_of_a_long_body_is_read() -> None:
     body = b'{"error": {"message": "late"}}'.rjust(ERROR_BODY_BYTES + 10)
     assert error_message(400, body) == "HTTP 400"  # cut JSON: just the status
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("Voice 'ghost' is not one of tone, alto.", "Voice 'ghost' is not one of tone, alto."),
+        ("see http://admin:pw@10.0.0.1:9000/x?token=1 now", "see <url> now"),
+        ("header Bearer abc.def-123 was refused", "header Bearer <redacted> was refused"),
+        ("api_key=sk-123 and token: t0k and password=hunter2", None),
+        ("key sk-live-0123456789abcdef leaked", "key <redacted> leaked"),
+        ("id A1b2C3d4E5f6G7h8I9j0K1l2M3n4 here", "id <redacted> here"),
+        ("x" * 40, "x" * 40),  # a long word is not a key
+    ],
+)
+def test_a_replicas_error_text_loses_urls_and_keys(text: str, redacted: str | None) -> None:
+    got = redact_text(text)
+    if redacted is not None:
+        assert got == redacted
+    for secret in ("admin:pw", "10.0.0.1", "abc.def", "sk-", "hunter2", "t0k", "A1b2C3"):
+        assert secret not in got
+
+
+def test_an_error_message_is_redacted() -> None:
+    body = b'{"error": {"message": "down, see http://u:p@h:1/ with api_key=k3y"}}'
+    assert error_message(503, body) == "HTTP 503: down, see <url> with api_key=<redacted>"

@@ -28,6 +28,8 @@ class OrpheusSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
 
     #: vLLM answers ``/health`` and ``/v1/models``
     ready_paths: list[str] = msgspec.field(default_factory=lambda: ["/v1/models"])
+    #: vLLM lists no voices (the model's are ``voices`` below)
+    voices_path: str = ""
     #: folder of the model's tokenizer (``tokenizer.json`` ...), read by
     #: ``transformers.AutoTokenizer`` offline: the model folder or a copy
     tokenizer: str = ""

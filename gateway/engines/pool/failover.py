@@ -19,13 +19,24 @@ Rules:
   that ended or failed before any data.  A 4xx that is the request's own
   fault fails the segment at once, with the server's message
   (``SynthesisError(refused=True)``, ``engine_refused`` to clients).
+* Every segment is bounded (``FirstByte``): the first byte within
+  ``first_byte_timeout_s``, the whole body within ``segment_timeout_s``,
+  and (an engine's ``paced`` calls: the upstream relay) audio at no less
+  than ``min_delivery_rate`` after the first byte; an engine may end a body
+  that breaks its own bound (``BoundExceeded``: the relay's audio cap).  A
+  broken bound fails the attempt like any other failure, so its response
+  is closed and its replica's slot given back.
+* No replica could take it now (every attempt met a full replica, 429/503,
+  or a refused connection, or none was routable): ``SynthesisError`` with
+  ``busy``, which clients hear as ``busy`` with retry advice.
 * Once part of it arrived, any failure fails the segment with
   ``PartialAudioError``: the listener may have heard part of it, and
   repeating it elsewhere would speak it twice.
 * Cancel is task cancellation: the ``CancelledError`` reaches the read in
   progress and closing the response closes its connection (a partly read
   response is never returned to the keep-alive pool), so the server sees
-  the disconnect at once and stops generating.
+  the disconnect at once and stops generating.  The close is shielded: a
+  cancel arriving while it runs must not cut it short.
 
 Errors never carry a replica's URL with credentials, an API key or a
 traceback: ``routing.Replica.name`` is the redacted URL.
@@ -44,6 +55,7 @@ import httpx
 from gateway.engines.base import SynthesisError
 from gateway.engines.pool.replicas import ReplicaClient, read_error
 from gateway.engines.pool.routing import Outcome, classify_status
+from gateway.engines.pool.settings import PoolSettings
 
 log = logging.getLogger(__name__)
 
@@ -95,20 +107,92 @@ class Attempt:
 _A = TypeVar("_A", bound=Attempt)
 
 
-class FirstByte:
-    """The first-byte deadline of one attempt: ``arrived`` lifts it and
-    records the replica's time to first byte."""
+class BoundExceeded(Exception):
+    """An engine's body broke one of the segment's bounds (more audio than
+    its text can take): a failed attempt of ``kind``, never retried once
+    part of it arrived."""
 
-    def __init__(self, deadline: asyncio.Timeout, arrived: Callable[[], None]) -> None:
-        self._deadline = deadline
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class FirstByte:
+    """The deadline of one attempt, on the event loop's clock: first the
+    first-byte deadline; once ``arrived``, the segment's deadline
+    (``segment_timeout_s`` from the request); with ``paced``, also the
+    minimum delivery rate (audio per second of reading, time waiting for
+    the listener's room not counted).  ``expiry`` says which one expired."""
+
+    def __init__(self, arrived: Callable[[], None], segment_timeout_s: float) -> None:
         self._arrived = arrived
+        self._loop = asyncio.get_running_loop()
+        self._segment_deadline = self._loop.time() + segment_timeout_s
+        self._deadline: asyncio.Timeout | None = None
+        self._first_at = 0.0
+        self._waited = 0.0  #: seconds spent waiting for room since the first byte
+        self._held_at: float | None = None
+        self._floor: tuple[float, float, float] | None = None  #: (delivered, rate, grace)
+        self.bound = "first byte"  #: what the deadline in force stands for
         self.seen = False
+
+    def bind(self, deadline: asyncio.Timeout) -> None:
+        self._deadline = deadline
 
     def arrived(self) -> None:
         if not self.seen:
             self.seen = True
-            self._deadline.reschedule(None)  # data flows: no deadline
+            self._first_at = self._loop.time()
+            self._set(self._segment_deadline, "segment")
             self._arrived()
+
+    def paced(self, delivered_s: float, min_rate: float, grace_s: float) -> None:
+        """``delivered_s`` of audio so far: the deadline is when, with
+        nothing more, the rate since the first byte falls below ``min_rate``."""
+        self._floor = (delivered_s, min_rate, grace_s)
+        self._apply()
+
+    def hold(self) -> None:
+        """The engine waits for the listener's room: only the segment
+        deadline runs meanwhile."""
+        self._held_at = self._loop.time()
+        if self.seen:
+            self._set(self._segment_deadline, "segment")
+
+    def resume(self) -> None:
+        if self._held_at is not None and self.seen:
+            self._waited += self._loop.time() - self._held_at
+        self._held_at = None
+        self._apply()
+
+    def _apply(self) -> None:
+        if not self.seen or self._floor is None or self._held_at is not None:
+            return
+        delivered, rate, grace = self._floor
+        floor = self._first_at + self._waited + grace + delivered / rate
+        if floor < self._segment_deadline:
+            self._set(floor, "rate")
+        else:
+            self._set(self._segment_deadline, "segment")
+
+    def _set(self, when: float, bound: str) -> None:
+        self.bound = bound
+        if self._deadline is not None:
+            self._deadline.reschedule(when)
+
+    def expiry(self, wording: Wording, settings: PoolSettings) -> tuple[str, str]:
+        """(kind, message) of the deadline that expired."""
+        if self.bound == "segment":
+            return "deadline", (
+                f"the segment was not done within segment_timeout_s"
+                f" ({settings.segment_timeout_s:g} s)"
+            )
+        if self.bound == "rate" and self._floor is not None:
+            return "slow", (
+                f"{wording.server} delivered audio slower than min_delivery_rate"
+                f" ({self._floor[1]:g} s of audio a second)"
+            )
+        return "timeout", f"no {wording.awaited[self.seen]} within the timeout"
 
 
 class Exchange(Generic[_A]):
@@ -154,6 +238,7 @@ async def failover(
     (``PartialAudioError`` once part of it arrived).  ``tried``: replicas
     not to ask."""
     last = f"no {wording.log_name} replica is available"
+    capacity = True  #: every attempt met a full or absent replica
     for _ in range(client.settings.max_attempts):
         index = await client.choose(tried)
         if index is None:
@@ -174,6 +259,9 @@ async def failover(
             )
         log.info("%s %s: %s; trying another replica", wording.log_name, name, result.message)
         last = result.message
+        capacity = capacity and (result.outcome is Outcome.FULL or result.kind == "connect")
+    if capacity:
+        raise SynthesisError(f"{wording.none_could} now: {last}; retry shortly", busy=True)
     raise SynthesisError(f"{wording.none_could}: {last}")
 
 
@@ -189,8 +277,13 @@ async def _attempt(
     url = f"{client.bases[index]}{exchange.path}"
     sent = client.clock()
     result = exchange.result
+    first = FirstByte(
+        lambda: client.ttfb[index].observe(client.clock() - sent),
+        client.settings.segment_timeout_s,
+    )
     try:
         async with asyncio.timeout(client.settings.first_byte_timeout_s) as deadline:
+            first.bind(deadline)
             request = client.http.build_request("POST", url, json=dict(body))
             response = await client.http.send(request, stream=True)
             try:
@@ -199,17 +292,20 @@ async def _attempt(
                     result.kind = f"http_{response.status_code}"
                     result.message = await read_error(response)
                     return result
-                first = FirstByte(
-                    deadline, lambda: client.ttfb[index].observe(client.clock() - sent)
-                )
                 if not await exchange.read(response, first):
                     result.stopped = True
                     return result
             finally:
-                await response.aclose()
+                # shielded: the session's cancel (a task cancel) often lands
+                # while the engine's refusal already returned here, and a
+                # close interrupted inside httpcore (shielded only from anyio
+                # cancellation) leaves the connection open: the server
+                # would generate on
+                await asyncio.shield(response.aclose())
     except TimeoutError:
-        what = wording.awaited[result.started]
-        return exchange.failed("timeout", f"no {what} within the timeout")
+        return exchange.failed(*first.expiry(wording, client.settings))
+    except BoundExceeded as exc:
+        return exchange.failed(exc.kind, str(exc))
     except httpx.TimeoutException:
         return exchange.failed("timeout", f"{wording.server} stopped sending")
     except httpx.ConnectError:

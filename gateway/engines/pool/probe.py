@@ -5,14 +5,21 @@ Every ``probe_interval_s`` each replica gets, concurrently and with
 ``probe_timeout_s`` each: ``GET health_path`` (liveness; skipped when the
 path is empty), then the ``ready_paths`` in order until one answers 2xx
 (readiness: vllm-omni answers ``/v1/models``; this gateway and vllm-omni
-``/v1/audio/voices``).  A replica passing both is ready.  When the readiness
-answer is a voice listing its voices are recorded, so the engine lists the
-voices merged across replicas and routes a voice only some replicas hold to
-those.  Uploaded voices a replica lists (``uploaded_voices``) count as held
-by it even when it cannot speak them, so routing and the reconciling of
-uploads (``voices.VoiceCopies``) see them.  With no health path and no
-readiness paths, probing is off and the pool relies on passive ejection
-alone (OpenAI has no ``/health``).
+``/v1/audio/voices``).  A replica passing both is ready.
+
+The voices are read on their own schedule: ``GET voices_path`` of a ready
+replica whose listing was never read, or last read ``voices_interval_s``
+ago (a readiness answer from ``voices_path`` itself counts as a read).  The
+last good listing is kept: a failed read, an answer that is not a listing,
+or a failed readiness probe changes the replica's readiness, never its
+voices, so a voice that worked a minute ago does not become unknown because
+one probe fell through to another path.  The engine lists the voices merged
+across replicas and routes a voice only some replicas hold to those.
+Uploaded voices a replica lists (``uploaded_voices``) count as held by it
+even when it cannot speak them, so routing and the reconciling of uploads
+(``voices.VoiceCopies``) see them.  With no health path and no readiness
+paths, probing is off and the pool relies on passive ejection alone (OpenAI
+has no ``/health``).
 
 Probe failures are logged once per change of state, with the redacted URL.
 """
@@ -105,6 +112,8 @@ class Prober:
         self.listings: list[list[dict[str, Any]] | None] = [None] * len(client.bases)
         self._task: asyncio.Task[None] | None = None
         self._last: list[ReplicaState | None] = [None] * len(client.bases)
+        #: when each replica's listing was last read well (None: never)
+        self._listed_at: list[float | None] = [None] * len(client.bases)
         #: called with a replica's index after each of its probes (the voice
         #: copies reconcile a replica that returned)
         self.listeners: list[Callable[[int], None]] = []
@@ -156,8 +165,13 @@ class Prober:
                 if response is None or not response.is_success:
                     continue
                 healthy = True
-                await self._record_voices(index, response, epoch)
+                if path == self.settings.voices_path:
+                    await self._record_voices(index, response, epoch)
                 break
+        if healthy and self._listing_due(index):
+            response = await self._get(index, self.settings.voices_path)
+            if response is not None and response.is_success:
+                await self._record_voices(index, response, epoch)
         client = self.client
         client.pool.probed(index, healthy, client.clock())
         state = client.pool.replicas[index].state
@@ -167,10 +181,17 @@ class Prober:
         for listener in self.listeners:
             listener(index)
 
+    def _listing_due(self, index: int) -> bool:
+        if not self.settings.voices_path:
+            return False
+        last = self._listed_at[index]
+        return last is None or self.client.clock() - last >= self.settings.voices_interval_s
+
     async def _record_voices(self, index: int, response: httpx.Response, epoch: int) -> None:
         doc = await asyncio.to_thread(parse_listing, response.content)
         held = held_voices(doc)
         if not held or self.client.voice_epoch[index] != epoch:
-            return  # not a listing, or an upload or deletion overtook it
+            return  # not a listing (the last good one stays), or an upload overtook it
+        self._listed_at[index] = self.client.clock()
         self.listings[index] = listed_voices(doc)
         self.client.replica_voices[index] = held

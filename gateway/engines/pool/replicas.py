@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -45,11 +46,42 @@ _Result = TypeVar("_Result", bound=_Outcome)
 ERROR_BODY_BYTES = 4096
 
 
+#: what a replica's own error text may hold that must not reach a client or
+#: the log: URLs (with their credentials and query), ``Bearer`` tokens,
+#: ``key=value`` secrets, and key-shaped words (``sk-...``, long hex/base64)
+_SECRETS = (
+    (re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE), "<url>"),
+    (re.compile(r"\bbearer\s+\S+", re.IGNORECASE), "Bearer <redacted>"),
+    (
+        re.compile(
+            r"\b(api[_-]?key|key|token|secret|password|passwd|authorization|auth)"
+            r"(\s*[=:]\s*)\S+",
+            re.IGNORECASE,
+        ),
+        r"\1\2<redacted>",
+    ),
+    (re.compile(r"\b(?:sk|pk|rk|hf)[-_][A-Za-z0-9_-]{8,}"), "<redacted>"),
+    # a long word of letters *and* digits (a key, a token), not a long word
+    (
+        re.compile(r"\b(?=[A-Za-z+/_-]*\d)(?=[0-9+/_-]*[A-Za-z])[A-Za-z0-9+/_-]{24,}={0,2}"),
+        "<redacted>",
+    ),
+)
+
+
+def redact_text(text: str) -> str:
+    """A replica's error text with URLs, credentials and keys removed."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def error_message(status: int, body: bytes) -> str:
     """A refusal's message from its status and the start of its body:
     ``HTTP 400: ...`` with OpenAI's and vLLM's ``error.message``, vllm-omni's
-    ``error`` string or a top-level ``message``, cut to 300 characters; just
-    ``HTTP 400`` when the body says nothing readable."""
+    ``error`` string or a top-level ``message``, cut to 300 characters and
+    ``redact_text``-ed; just ``HTTP 400`` when the body says nothing
+    readable."""
     message = f"HTTP {status}"
     try:
         doc = json.loads(body[:ERROR_BODY_BYTES])
@@ -60,7 +92,7 @@ def error_message(status: int, body: bytes) -> str:
         error = doc.get("error")
         text = (error.get("message") if isinstance(error, dict) else error) or doc.get("message")
     if isinstance(text, str) and text:
-        message += f": {text[:300]}"
+        message += f": {redact_text(text[:300])}"
     return message
 
 

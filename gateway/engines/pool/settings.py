@@ -40,6 +40,10 @@ class PoolSettings(Section, forbid_unknown_fields=True, kw_only=True):
     ready_paths: list[str] = msgspec.field(
         default_factory=lambda: ["/v1/models", "/v1/audio/voices"]
     )
+    #: where a replica lists its voices, read on its own schedule ("": none)
+    voices_path: str = "/v1/audio/voices"
+    #: how often a ready replica's voice listing is read again
+    voices_interval_s: float = 30.0
     probe_interval_s: float = 2.0
     probe_timeout_s: float = 2.0
     connect_timeout_s: float = 2.0
@@ -47,6 +51,8 @@ class PoolSettings(Section, forbid_unknown_fields=True, kw_only=True):
     first_byte_timeout_s: float = 10.0
     #: longest silence between two pieces of a body
     read_timeout_s: float = 10.0
+    #: request sent to the end of its body, per attempt (paced delivery included)
+    segment_timeout_s: float = 120.0
     #: requests (prefetched ones included) one replica serves at once
     max_per_replica: int = 8
     #: replicas tried for one segment before its first audio byte
@@ -68,11 +74,20 @@ class PoolSettings(Section, forbid_unknown_fields=True, kw_only=True):
                     all(p.startswith("/") for p in self.ready_paths),
                     f"{name}.ready_paths must start with /",
                 ),
+                (
+                    not self.voices_path or self.voices_path.startswith("/"),
+                    f"{name}.voices_path must start with / (or be empty)",
+                ),
+                (self.voices_interval_s > 0, f"{name}.voices_interval_s must be > 0"),
                 (self.probe_interval_s > 0, f"{name}.probe_interval_s must be > 0"),
                 (self.probe_timeout_s > 0, f"{name}.probe_timeout_s must be > 0"),
                 (self.connect_timeout_s > 0, f"{name}.connect_timeout_s must be > 0"),
                 (self.first_byte_timeout_s > 0, f"{name}.first_byte_timeout_s must be > 0"),
                 (self.read_timeout_s > 0, f"{name}.read_timeout_s must be > 0"),
+                (
+                    self.segment_timeout_s >= self.first_byte_timeout_s,
+                    f"{name}.segment_timeout_s must be >= first_byte_timeout_s",
+                ),
                 (self.max_per_replica >= 1, f"{name}.max_per_replica must be >= 1"),
                 (self.max_attempts >= 1, f"{name}.max_attempts must be >= 1"),
                 (self.queue_timeout_s >= 0, f"{name}.queue_timeout_s must be >= 0"),

@@ -14,6 +14,18 @@ engine's job).
   the upstream back rather than a buffer here.
 * A voice only some replicas listed is sent to those (uploaded voices are
   per server).
+* Each segment's audio is capped relative to its text (``audio_cap``:
+  ``max_audio_base_s + max_audio_s_per_char x characters``, over
+  ``speed``), and after the first byte it must come at ``min_delivery_rate``
+  or faster (``FirstByte.paced``; waiting for the listener's room does not
+  count); the pool's loop also bounds the whole body (``segment_timeout_s``).
+* Nothing that is not audio is relayed: a 2xx whose ``Content-Type`` is not
+  audio (a proxy's ``text/html`` page, a ``200`` JSON error) or whose
+  ``X-Sample-Rate`` is impossible is a failed attempt
+  (``wire.check_headers``), retried elsewhere like any failure before the
+  first byte.
+* A replica's own error text (an SSE error event) is passed on
+  ``redact_text``-ed: no URLs, credentials or keys.
 
 Errors never carry the replica's URL with credentials, an API key or a
 traceback: ``pool.Replica.name`` is the redacted URL.
@@ -31,8 +43,15 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.audio.resample import StreamResampler
-from gateway.engines.pool.failover import Attempt, Exchange, FirstByte, Wording, failover
-from gateway.engines.pool.replicas import ReplicaClient
+from gateway.engines.pool.failover import (
+    Attempt,
+    BoundExceeded,
+    Exchange,
+    FirstByte,
+    Wording,
+    failover,
+)
+from gateway.engines.pool.replicas import ReplicaClient, redact_text
 from gateway.engines.upstream.settings import UpstreamSettings
 from gateway.engines.upstream.wire import (
     Format,
@@ -40,6 +59,7 @@ from gateway.engines.upstream.wire import (
     Samples,
     UpstreamFailure,
     WireError,
+    check_headers,
 )
 
 
@@ -104,7 +124,18 @@ class UpstreamClient(ReplicaClient):
         tried = self._without_voice(voice)
         if len(tried) == len(self.bases):
             tried = frozenset()  # nobody listed it: let the upstreams answer
-        await failover(self, body, lambda: _Relay(rate, sink, self.settings), WORDING, tried)
+        cap = self.audio_cap(body)
+        await failover(
+            self, body, lambda: _Relay(rate, sink, self.settings, cap), WORDING, tried
+        )
+
+    def audio_cap(self, body: Mapping[str, Any]) -> float:
+        """Seconds of audio the segment of ``body`` may have."""
+        config = self.settings
+        speed = body.get("speed", 1.0)
+        chars = len(str(body.get("input", "")))
+        cap = config.max_audio_base_s + config.max_audio_s_per_char * chars
+        return cap / speed if isinstance(speed, (int, float)) and speed > 0 else cap
 
 
 class _Relay(Exchange[Relayed]):
@@ -115,18 +146,27 @@ class _Relay(Exchange[Relayed]):
     wire_error = WireError
     body = "speech audio"
 
-    def __init__(self, rate: int, sink: Sink, settings: UpstreamSettings) -> None:
+    def __init__(self, rate: int, sink: Sink, settings: UpstreamSettings, cap_s: float) -> None:
         super().__init__(Relayed())
+        self.settings = settings
+        self.cap_s = cap_s
+        self.first: FirstByte | None = None
         self.rate = rate
         self.sink = sink
         self.decoder = ResponseDecoder(settings.stream_format, settings.response_format)
         self.response_format = settings.response_format
+        self.stream_format = settings.stream_format
         self.failure: UpstreamFailure | None = None
         self.problem: str | None = None  #: why the body ended early, if it did
         self._resampler: StreamResampler | None = None
 
     async def read(self, response: httpx.Response, first: FirstByte) -> bool:
-        declared = _declared_rate(response)
+        self.first = first
+        declared = check_headers(
+            response.headers.get("content-type"),
+            response.headers.get("x-sample-rate"),
+            self.stream_format,
+        )
         if declared and self.response_format == "pcm":
             await self.handle(Format(declared, 1))
         async for piece in response.aiter_raw():
@@ -143,7 +183,8 @@ class _Relay(Exchange[Relayed]):
     def finish(self) -> Relayed:
         if self.failure is not None:
             kind = "partial_audio" if self.failure.partial_audio else "upstream_error"
-            return self.failed(kind, f"the upstream reported: {self.failure.message}")
+            message = redact_text(self.failure.message[:300])
+            return self.failed(kind, f"the upstream reported: {message}")
         if self.problem is not None:
             return self.failed("truncated", self.problem)
         self.flush()
@@ -168,11 +209,27 @@ class _Relay(Exchange[Relayed]):
         if not samples.size:
             return True
         seconds = samples.size / self.rate
-        if not await self.sink.room(seconds):
-            return False
-        if not self.sink.deliver(samples):
+        if self.result.delivered + seconds > self.cap_s:
+            raise BoundExceeded(
+                "too_long",
+                f"the upstream sent more than {self.cap_s:.1f} s of audio for a segment of"
+                " this length (max_audio_base_s, max_audio_s_per_char)",
+            )
+        first = self.first
+        if first is not None:
+            first.hold()
+        room = await self.sink.room(seconds)
+        if first is not None:
+            first.resume()
+        if not room or not self.sink.deliver(samples):
             return False
         self.result.delivered += seconds
+        if first is not None and self.settings.min_delivery_rate > 0:
+            first.paced(
+                self.result.delivered,
+                self.settings.min_delivery_rate,
+                self.settings.min_delivery_grace_s,
+            )
         return True
 
     def flush(self) -> None:
@@ -180,10 +237,3 @@ class _Relay(Exchange[Relayed]):
             tail = self._resampler.flush()
             if tail.size and self.sink.deliver(tail):
                 self.result.delivered += tail.size / self.rate
-
-
-def _declared_rate(response: httpx.Response) -> int:
-    """The rate a headerless PCM body is at, when the upstream says so
-    (``X-Sample-Rate``, as this gateway answers); 0 if it does not."""
-    raw = response.headers.get("x-sample-rate", "")
-    return int(raw) if raw.isdigit() and 1000 <= int(raw) <= 384_000 else 0

@@ -36,9 +36,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import numpy as np
 import numpy.typing as npt
 
@@ -51,9 +52,10 @@ from gateway.engines.base import (
 )
 from gateway.engines.delivery import DeliveredJob, wait_for_room
 from gateway.engines.pool.engine import PoolEngine, PoolStream
+from gateway.engines.pool.routing import ReplicaState
 from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.voices import VoiceCopies
-from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError
+from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError, check_headers
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -124,22 +126,78 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
         #: uploads through the gateway, copied to every replica (with cloning)
         self.copies = VoiceCopies(self.client)
         self._store: VoiceStore | None = None
+        #: the rate read in progress (``_want_rate``)
+        self._rate_task: asyncio.Task[None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start whether or not the replicas are up: the engine is ready
+        (``ready``) once one replica is and the upstream's rate is known
+        (``native_rate``, a replica's listing, or one WAV request to the
+        first ready replica, tried again as replicas become ready)."""
         if self._store is not None and self.config.cloning:
             await self.copies.load(self._store)
             self.prober.listeners.append(self.copies.probed)
+        self.prober.listeners.append(self._want_rate)
         await self.start_probes()
         if not self.prober.enabled:  # no probes: no return to see; the replicas get the uploads now
             for index in range(len(self.client.bases)):
                 self.copies.probed(index)
-        if not self._rate and not self._listed_rates():
-            self._rate = await self._probe_rate()
+            await self._read_rate(range(len(self.client.bases)))
+            if not self.rate_known:  # no probe will say a replica is back: ask again
+                self._rate_task = asyncio.get_running_loop().create_task(
+                    self._read_rate_until_known(), name="upstream-rate"
+                )
+        if self._rate_task is not None and self.prober.enabled:
+            await asyncio.gather(self._rate_task, return_exceptions=True)
         log.info("upstream pool: %s", self.replicas_ready())
+        if not self.rate_known:
+            log.warning(
+                "the upstream's sample rate is not known yet (no replica answered):"
+                " not ready until one does; set upstream.native_rate to say it"
+            )
+
+    @property
+    def rate_known(self) -> bool:
+        return bool(self._rate or self._listed_rates())
+
+    def ready(self) -> bool:
+        """A replica is routable and the upstream's rate is known (``/readyz``)."""
+        return self.rate_known and super().ready()
+
+    def _want_rate(self, index: int) -> None:
+        """A probe listener: read the rate from ``index`` when it is ready and
+        the rate is still unknown (one read at a time)."""
+        if self.rate_known or (self._rate_task is not None and not self._rate_task.done()):
+            return
+        if self.client.pool.state_of(index, self.client.clock()) is not ReplicaState.READY:
+            return
+        self._rate_task = asyncio.get_running_loop().create_task(
+            self._read_rate([index]), name="upstream-rate"
+        )
+
+    async def _read_rate_until_known(self) -> None:
+        """Without probes: every ``probe_interval_s``, every replica, until
+        one gives the rate."""
+        while not self.rate_known:
+            await asyncio.sleep(self.config.probe_interval_s)
+            await self._read_rate(range(len(self.client.bases)))
+
+    async def _read_rate(self, indexes: Iterable[int]) -> None:
+        if self.rate_known:
+            return
+        for index in indexes:
+            rate = await self._probe_rate(index)
+            if rate:
+                self._rate = rate
+                self._configured = self._voices_from_names(self.config.voices)
+                return
 
     async def close_helpers(self) -> None:
+        if self._rate_task is not None:
+            self._rate_task.cancel()
+            await asyncio.gather(self._rate_task, return_exceptions=True)
         await self.copies.aclose()
 
     # --- uploaded voices ---------------------------------------------------------------
@@ -249,8 +307,9 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
             typical_first_chunk_s=0.3,
         )
 
-    async def _probe_rate(self) -> int:
-        """The upstream's rate from the WAV header of a short request."""
+    async def _probe_rate(self, index: int) -> int:
+        """The upstream's rate from the WAV header of a short request to
+        replica ``index``; 0 when it does not give one."""
         body = {
             "input": _RATE_PROBE_TEXT,
             "voice": self.default_voice().name,
@@ -259,28 +318,26 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
             "response_format": "wav",
             **({"model": self.config.model} if self.config.model else {}),
         }
-        for index, base in enumerate(self.client.bases):
-            name = self.client.pool.replicas[index].name
-            try:
-                async with asyncio.timeout(self.config.first_byte_timeout_s):
-                    async with self.client.http.stream(
-                        "POST", base + "/v1/audio/speech", json=body
-                    ) as response:
-                        if not response.is_success:
-                            continue
-                        decoder = ResponseDecoder("audio", "wav")
-                        async for piece in response.aiter_raw():
-                            for event in decoder.push(piece):
-                                if isinstance(event, Format):
-                                    log.info("upstream %s speaks at %d Hz", name, event.sample_rate)
-                                    return event.sample_rate
-            except (TimeoutError, WireError, OSError) as exc:
-                log.info("upstream %s: no rate from a WAV header (%s)", name, type(exc).__name__)
-            except Exception as exc:  # httpx errors: try the next replica
-                log.info("upstream %s: no rate from a WAV header (%s)", name, type(exc).__name__)
-        raise RuntimeError(
-            "could not read the upstream's sample rate from any replica: set upstream.native_rate"
-        )
+        name = self.client.pool.replicas[index].name
+        url = self.client.bases[index] + "/v1/audio/speech"
+        try:
+            async with (
+                asyncio.timeout(self.config.first_byte_timeout_s),
+                self.client.http.stream("POST", url, json=body) as response,
+            ):
+                if not response.is_success:
+                    log.info("upstream %s: no rate (HTTP %d)", name, response.status_code)
+                    return 0
+                check_headers(response.headers.get("content-type"), None, "audio")
+                decoder = ResponseDecoder("audio", "wav")
+                async for piece in response.aiter_raw():
+                    for event in decoder.push(piece):
+                        if isinstance(event, Format):
+                            log.info("upstream %s speaks at %d Hz", name, event.sample_rate)
+                            return event.sample_rate
+        except (TimeoutError, WireError, OSError, httpx.HTTPError) as exc:
+            log.info("upstream %s: no rate from a WAV header (%s)", name, type(exc).__name__)
+        return 0
 
     # --- requests ---------------------------------------------------------------------------
 

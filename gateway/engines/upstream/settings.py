@@ -38,6 +38,16 @@ class UpstreamSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
     #: send ``sample_rate`` (the voice's native rate) so the upstream does not
     #: resample (this gateway takes it; OpenAI and vllm-omni do not)
     send_sample_rate: bool = False
+    #: audio one segment may have: ``max_audio_base_s + max_audio_s_per_char
+    #: x characters``, divided by ``speed``; beyond it the segment fails
+    #: (an upstream that speaks on, or an endless body)
+    max_audio_base_s: float = 5.0
+    max_audio_s_per_char: float = 0.25
+    #: after the first byte, seconds of audio per second of reading (time
+    #: waiting for the listener's room not counted) below which the segment
+    #: fails, once ``min_delivery_grace_s`` has passed; 0 turns it off
+    min_delivery_rate: float = 0.5
+    min_delivery_grace_s: float = 2.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,5 +58,9 @@ class UpstreamSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
                     "upstream.native_rate must be 0 or 8000 to 192000",
                 ),
                 (bool(self.languages), "upstream.languages must not be empty"),
+                (self.max_audio_base_s > 0, "upstream.max_audio_base_s must be > 0"),
+                (self.max_audio_s_per_char > 0, "upstream.max_audio_s_per_char must be > 0"),
+                (self.min_delivery_rate >= 0, "upstream.min_delivery_rate must be >= 0"),
+                (self.min_delivery_grace_s >= 0, "upstream.min_delivery_grace_s must be >= 0"),
             ]
         )

@@ -26,6 +26,13 @@ inside the WAV header, inside an SSE line or its base64):
   an end marker.  The base64 payloads concatenated are a PCM or
   WAV byte stream decoded as above.
 
+Before the body, the response's headers are checked (``check_headers``): a
+``Content-Type`` that is not audio (a proxy's ``text/html`` error page, a
+``200`` JSON error) or an ``X-Sample-Rate`` outside ``MIN_RATE`` to
+``MAX_RATE`` is a ``WireError``, so nothing that is not audio is relayed as
+PCM noise and one second of audio never becomes forty.  A WAV header's rate
+has the same bounds.
+
 ``ResponseDecoder.push`` takes bytes as they arrive and returns events;
 ``finish`` says whether the body ended cleanly.  The decoded samples are
 identical whatever the chunking (``tests/engine/test_upstream_wire.py`` checks
@@ -59,6 +66,16 @@ MAX_HEADER_BYTES = 64 * 1024
 #: one SSE event (its ``data:`` lines) this large is refused; 4 MiB of base64
 #: is 1.5 MiB of audio, about 30 s at 24 kHz
 MAX_EVENT_BYTES = 4 * 1024 * 1024
+#: the sample rates an upstream may declare (``X-Sample-Rate``, a WAV
+#: header): the bounds ``upstream.native_rate`` has
+MIN_RATE = 8000
+MAX_RATE = 192_000
+#: a body in ``stream_format: "audio"`` must be declared as one of these (or
+#: not declared at all): vllm-omni and this gateway send ``audio/pcm`` and
+#: ``audio/wav``, some servers ``application/octet-stream``
+AUDIO_TYPES = ("audio/", "application/octet-stream")
+#: ``stream_format: "sse"`` bodies
+SSE_TYPE = "text/event-stream"
 #: placeholder sizes meaning "until the end of the stream"
 _OPEN_SIZES = (0xFFFFFFFF, 0)
 
@@ -103,6 +120,33 @@ class UpstreamFailure:
 
 
 Event = Format | Samples | Done | UpstreamFailure
+
+
+# --- headers -------------------------------------------------------------------------
+
+
+def check_headers(
+    content_type: str | None, sample_rate: str | None, stream_format: StreamFormat
+) -> int:
+    """A successful response's ``Content-Type`` and ``X-Sample-Rate``
+    checked before its body is read: the declared rate (0 when none is
+    declared), or ``WireError`` when the body is declared as something that
+    is not speech audio in ``stream_format`` or at an impossible rate.  A
+    missing ``Content-Type`` is accepted (the body's own shape is checked as
+    it comes)."""
+    kind = (content_type or "").split(";")[0].strip().casefold()
+    if kind:
+        wanted = (SSE_TYPE,) if stream_format == "sse" else AUDIO_TYPES
+        if not any(kind == w or (w.endswith("/") and kind.startswith(w)) for w in wanted):
+            raise WireError(f"the body is {kind[:60]}, not {' or '.join(wanted)}")
+    if sample_rate is None:
+        return 0
+    raw = sample_rate.strip()
+    if not raw.isdigit() or not MIN_RATE <= int(raw) <= MAX_RATE:
+        raise WireError(
+            f"X-Sample-Rate {raw[:20]!r} is not a rate from {MIN_RATE} to {MAX_RATE} Hz"
+        )
+    return int(raw)
 
 
 # --- PCM -----------------------------------------------------------------------------
@@ -266,7 +310,7 @@ class WavDecoder:
             tag = struct.unpack("<H", body[24:26])[0]  # the sub-format GUID's first field
         if tag not in (_WAVE_FORMAT_PCM, _WAVE_FORMAT_IEEE_FLOAT):
             raise WireError(f"WAV format tag {tag} is not PCM or float")
-        if not 1000 <= rate <= 384_000:
+        if not MIN_RATE <= rate <= MAX_RATE:
             raise WireError(f"WAV sample rate {rate} Hz is out of range")
         if bits % 8 or not 8 <= bits <= 32:
             raise WireError(f"WAV samples of {bits} bits are not supported")
