@@ -32,8 +32,10 @@ from gateway.ops.heap import trim_heap, trim_when_idle
 from gateway.ops.logs import quiet_client_mistakes
 from gateway.ops.metrics import Metrics, watch_loop_lag
 from gateway.ops.resources import WEB_DIR
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 from gateway.state import GatewayState
+from gateway.text.frontend import warm_up
+from gateway.text.stage import LexiconError, load_lexicon
 from gateway.voices.store import VoiceStore
 from gateway.ws.endpoint import stream_endpoint
 from gateway.ws.outbound import TransportMiddleware
@@ -85,7 +87,11 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     owns_engine = engine is None
     quiet_client_mistakes()
     the_engine = engine if engine is not None else create_engine(settings)
-    state = GatewayState(settings=settings, engine=the_engine, metrics=Metrics())
+    try:
+        lexicon = load_lexicon(settings.lexicon_file)
+    except LexiconError as exc:
+        raise SettingsError(str(exc)) from None
+    state = GatewayState(settings=settings, engine=the_engine, metrics=Metrics(), lexicon=lexicon)
     state.metrics.track_engine(the_engine.queue_depth, the_engine.live_jobs)
     for collector in the_engine.collectors():
         state.metrics.registry.register(collector)  # type: ignore[arg-type]
@@ -99,6 +105,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
             await asyncio.to_thread(voice_store.open)
             the_engine.use_voice_store(voice_store)
             log_format_support()
+            # the front-end's first emoji loads the emoji tables: not in a session
+            await asyncio.to_thread(warm_up)
             if owns_engine:
                 log.info("loading engine %s", the_engine.name)
                 await the_engine.start()

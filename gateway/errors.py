@@ -65,6 +65,7 @@ class ErrorCode(enum.StrEnum):
     TIMEOUT = "timeout"
     LISTENER_SILENT = "listener_silent"
     ENGINE_REFUSED = "engine_refused"
+    INVALID_SSML = "invalid_ssml"
     INTERNAL = "internal"
 
     @property
@@ -166,6 +167,14 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         _BAD,
         "The engine (an upstream server) refused the request as invalid; its reason is in"
         " the message.",
+    ),
+    ErrorCode.INVALID_SSML: ErrorSpec(
+        "never",
+        None,
+        400,
+        _BAD,
+        "The text is malformed SSML (`input_format: ssml`); the message names the character"
+        " position. What came before it is spoken.",
     ),
     ErrorCode.INTERNAL: ErrorSpec(
         "never",

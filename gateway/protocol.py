@@ -27,6 +27,9 @@ Granularity = Literal["auto", "sentence", "clause", "none"]
 FlowControl = Literal["none", "ack", "realtime"]
 Framing = Literal["raw", "tagged"]
 PositionSource = Literal["played_ms", "estimate", "sent_ms"]
+#: how the client's text is read (``gateway.text.frontend``); since 1.3.0
+InputFormat = Literal["markdown", "plain", "ssml"]
+EmojiReading = Literal["drop", "name"]
 
 Speed = Annotated[float, Meta(ge=0.25, le=4.0)]
 SampleRate = Annotated[int, Meta(ge=8000, le=48000)]
@@ -73,6 +76,14 @@ class SessionConfig(_Message, tag="session.config", forbid_unknown_fields=True, 
     initial_codec_chunk_frames: int | UnsetType | None = UNSET
     non_streaming_mode: bool | UnsetType | None = UNSET
     word_timestamps: bool | UnsetType | None = UNSET
+    # the text front-end (since 1.3.0; ``docs/text.md``)
+    input_format: InputFormat | UnsetType | None = UNSET
+    normalize: bool | UnsetType | None = UNSET
+    emoji: EmojiReading | UnsetType | None = UNSET
+    #: word or phrase -> the text spoken instead; replaces the session's map
+    pronunciations: dict[str, str] | UnsetType | None = UNSET
+    #: debugging: ``audio.start`` carries ``engine_text``, what the engine read
+    debug_engine_text: bool | UnsetType | None = UNSET
 
 
 class InputText(_Message, tag="input.text", kw_only=True):
@@ -183,6 +194,9 @@ class EngineCapabilities(msgspec.Struct, kw_only=True):
     input: Literal["segments", "text_stream"]
     max_concurrency: int  #: utterances served well at once; 0: no own limit
     typical_first_chunk_ms: float  #: engine time to a first chunk, typical, alone
+    #: the engine reads numbers and symbols itself: the front-end strips
+    #: Markdown and emoji only (since 1.3.0)
+    normalizes_text: bool = False
 
 
 class Limits(msgspec.Struct, kw_only=True):
@@ -217,6 +231,12 @@ class EffectiveConfig(msgspec.Struct, kw_only=True):
     #: the style prompt passed to an engine that declares ``instructions``
     #: (since 1.2.0; null: none)
     instructions: str | None = None
+    #: the text front-end (since 1.3.0)
+    input_format: InputFormat = "markdown"
+    normalize: bool = True
+    emoji: EmojiReading = "drop"
+    pronunciations: dict[str, str] = msgspec.field(default_factory=dict)
+    debug_engine_text: bool = False
 
 
 class SessionCreated(_Message, tag="session.created", kw_only=True):
@@ -244,12 +264,19 @@ class AudioStart(_Message, tag="audio.start", kw_only=True):
     encoding: Encoding
     sample_rate: int
     context_number: int = 0  #: the u16 in tagged frame headers
+    #: what the engine read for this sentence, only with ``debug_engine_text``
+    #: (since 1.3.0; ``""``: nothing to speak)
+    engine_text: str | None = None
 
 
 class WordTimestamp(msgspec.Struct, kw_only=True):
     word: str
     start_ms: float  #: from the start of the utterance's audio
     end_ms: float
+    #: the word's characters ``[char_start, char_end)`` in the utterance's
+    #: client text (every ``input.text`` of it joined); since 1.3.0
+    char_start: int | None = None
+    char_end: int | None = None
 
 
 class Alignment(_Message, tag="alignment", kw_only=True):

@@ -110,6 +110,9 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     phrase_min_words: int = 4
     #: longest segment in characters; longer text is cut at whitespace
     max_segment_chars: int = 300
+    #: a pronunciation lexicon for every session and request: one
+    #: ``written<TAB>spoken`` entry a line (``docs/text.md``); "" none
+    lexicon_file: str = ""
     # --- limits -------------------------------------------------------------
     max_message_bytes: int = 1_048_576
     max_input_text_bytes: int = 65_536

@@ -14,6 +14,7 @@ from gateway.errors import CloseCode
 from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
 from gateway.settings import Settings
+from gateway.text.stage import Lexicon
 from gateway.ws.outbound import ConnectionGone
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class GatewayState:
     live_sessions: set[LiveSession] = field(default_factory=set)
     sessions_by_client: dict[str, int] = field(default_factory=dict)
     connection_rates: dict[str, RateLimiter] = field(default_factory=dict)
+    #: the server's pronunciation lexicon (``lexicon_file``), read at start
+    lexicon: Lexicon = ()
     #: utterances streaming at once over WebSockets (``max_active_streams``)
     admission: AdmissionGate = field(init=False)
     #: HTTP speech responses in progress (``max_http_streams``)

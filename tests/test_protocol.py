@@ -44,6 +44,11 @@ _EFFECTIVE = protocol.EffectiveConfig(
     timestamps=True,
     framing="tagged",
     model="piper",
+    input_format="ssml",
+    normalize=False,
+    emoji="name",
+    pronunciations={"SQL": "sequel"},
+    debug_engine_text=True,
 )
 _LIMITS = protocol.Limits(
     max_message_bytes=1_048_576,
@@ -84,6 +89,11 @@ EXAMPLES: dict[type[Any], Any] = {
         initial_codec_chunk_frames=4,
         non_streaming_mode=False,
         word_timestamps=False,
+        input_format="plain",
+        normalize=False,
+        emoji="name",
+        pronunciations={"GIF": "jif", "St. Louis": "saint louis"},
+        debug_engine_text=True,
     ),
     protocol.InputText: protocol.InputText(text="Hello there. ", context_id="a"),
     protocol.InputFlush: protocol.InputFlush(context_id="a"),
@@ -128,6 +138,7 @@ EXAMPLES: dict[type[Any], Any] = {
             input="segments",
             max_concurrency=0,
             typical_first_chunk_ms=85.0,
+            normalizes_text=True,
         ),
     ),
     protocol.SessionUpdated: protocol.SessionUpdated(config=_EFFECTIVE, limits=_LIMITS),
@@ -140,14 +151,19 @@ EXAMPLES: dict[type[Any], Any] = {
         encoding="pcm_s16le",
         sample_rate=22050,
         context_number=2,
+        engine_text="It was a sunny day.",
     ),
     protocol.Alignment: protocol.Alignment(
         context_id=None,
         utterance_index=0,
         sentence_index=0,
         words=[
-            protocol.WordTimestamp(word="Hello", start_ms=0.0, end_ms=310.5),
-            protocol.WordTimestamp(word="there.", start_ms=310.5, end_ms=620.0),
+            protocol.WordTimestamp(
+                word="**Hello**", start_ms=0.0, end_ms=310.5, char_start=0, char_end=9
+            ),
+            protocol.WordTimestamp(
+                word="there.", start_ms=310.5, end_ms=620.0, char_start=10, char_end=16
+            ),
         ],
     ),
     protocol.AudioDone: protocol.AudioDone(

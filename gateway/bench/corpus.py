@@ -9,6 +9,14 @@ utterance, streamed as tokens).  A run picks from them with a seeded
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+#: replies in Markdown with emoji, each with its hand-written spoken form
+#: (issue 21's corpus), relative to a checkout's root, where the harness
+#: runs (like its ``--out``)
+MARKDOWN_CORPUS = Path("bench") / "text_corpus" / "markdown.jsonl"
+
 PARAGRAPHS: tuple[str, ...] = (
     "Sure, I can help with that. The train to the airport leaves every fifteen minutes"
     " from platform four. If you hurry, you should make the next one at ten past nine.",
@@ -51,3 +59,15 @@ SENTENCES: tuple[str, ...] = tuple(
 
 #: A long reply for barge-in: it is still speaking when the cancel comes.
 LONG_REPLY = " ".join(PARAGRAPHS[:3])
+
+
+def markdown_replies(path: Path = MARKDOWN_CORPUS) -> tuple[str, ...]:
+    """The Markdown replies (``--corpus markdown``): read from the
+    repository's corpus file, which a wheel does not ship."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SystemExit(
+            f"--corpus markdown needs {path} (run from a checkout of the repository): {exc}"
+        ) from None
+    return tuple(json.loads(line)["text"] for line in lines if line.strip())

@@ -291,10 +291,16 @@ async def run_users(
     return [r for rs in results for r in rs]
 
 
-def workload(scenario: str, users: int, utterances: int, seed: int) -> list[list[str]]:
-    """The texts each user speaks, from the shipped corpus, seeded."""
+def workload(
+    scenario: str, users: int, utterances: int, seed: int, replies: str = "assistant"
+) -> list[list[str]]:
+    """The texts each user speaks, from the shipped corpus, seeded.
+    ``replies="markdown"``: the ``llm`` and ``capacity`` replies are Markdown
+    with emoji (``corpus.markdown_replies``), as an LLM writes them."""
     rng = random.Random(f"{seed}:{scenario}:texts")
     source = corpus.SENTENCES if scenario == "flush" else corpus.PARAGRAPHS
+    if replies == "markdown" and scenario in ("llm", "capacity"):
+        source = corpus.markdown_replies()
     if scenario == "barge-in":
         return [[corpus.LONG_REPLY] * utterances for _ in range(users)]
     return [[rng.choice(source) for _ in range(utterances)] for _ in range(users)]
@@ -407,7 +413,7 @@ async def _measure(
                 await _load(args, scenario, server, sink, pacing_llm)
             continue
         users = 1 if scenario == "barge-in" else args.users
-        texts = workload(scenario, users, args.utterances, args.seed)
+        texts = workload(scenario, users, args.utterances, args.seed, args.corpus)
         progress = Progress(sum(map(len, texts)), f"{target} {scenario}")
         records = await run_users(
             make_user,
@@ -479,7 +485,9 @@ async def _capacity(
     held: int | None = None
     steps: list[dict[str, Any]] = []
     for level in args.levels:
-        texts = workload("capacity", level, args.capacity_utterances, args.seed + level)
+        texts = workload(
+            "capacity", level, args.capacity_utterances, args.seed + level, args.corpus
+        )
         progress = Progress(level * args.capacity_utterances, f"{target} capacity x{level}")
         records = await run_users(
             make_user,
@@ -624,6 +632,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(DEFAULT_SCENARIOS),
         help=f"comma-separated, from: {', '.join(SCENARIOS)} (described below; default:"
         f" {','.join(DEFAULT_SCENARIOS)})",
+    )
+    parser.add_argument(
+        "--corpus",
+        choices=("assistant", "markdown"),
+        default="assistant",
+        help="llm and capacity replies: plain assistant prose, or Markdown with emoji"
+        " (bench/text_corpus/markdown.jsonl; the gateway's text front-end reads them)",
     )
     parser.add_argument("--users", type=int, default=1, help="concurrent users (flush, llm)")
     parser.add_argument("--utterances", type=int, default=20, help="per user and scenario")

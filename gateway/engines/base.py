@@ -107,6 +107,12 @@ class Capabilities:
     #: typical seconds from ``submit`` to a segment's first chunk on this
     #: host, alone: for schedulers and segmentation planners (not a promise)
     typical_first_chunk_s: float = 0.1
+    #: reads numbers, dates, units and symbols itself: the gateway's text
+    #: front-end then strips Markdown and emoji only (``docs/text.md``)
+    normalizes_text: bool = False
+    #: the engine's own inline markup, passed through the front-end verbatim
+    #: (Orpheus' emotion tags ``<laugh>``, ...)
+    markup_tags: tuple[str, ...] = ()
 
 
 class Budget(Protocol):

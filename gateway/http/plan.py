@@ -18,11 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 from starlette.requests import Request
 
+from gateway import protocol
 from gateway.audio.containers import RESPONSE_FORMATS, format_support, output_rate
 from gateway.engines.base import StreamRequest, VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
@@ -32,15 +33,18 @@ from gateway.protocol import SampleRate, Speed, too_deep
 from gateway.session.validation import (
     VLLM_ANY,
     VLLM_DEFAULTS,
+    check_choice,
     check_input_text,
     check_instructions,
     check_language,
     check_model,
+    check_pronunciations,
     check_sample_rate,
     check_speed,
     check_vllm_fields,
     invalid_config,
 )
+from gateway.text.frontend import InputFormat
 
 Mode = Literal["file", "audio", "sse"]
 
@@ -73,6 +77,35 @@ class SpeechBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     non_streaming_mode: bool | None = None
     max_new_tokens: int | None = None
     initial_codec_chunk_frames: int | None = None
+    # the text front-end (``docs/text.md``), as in ``session.config``
+    input_format: str | None = None
+    normalize: bool | None = None
+    emoji: str | None = None
+    pronunciations: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class TextControls:
+    """How a request's text is read (the front-end's client controls)."""
+
+    input_format: InputFormat = "markdown"
+    normalize: bool = True
+    emoji: str = "drop"
+    pronunciations: Mapping[str, str] = field(default_factory=dict)
+
+
+def text_controls(body: SpeechBody) -> TextControls:
+    input_format = check_choice(
+        body.input_format or "markdown", "input_format", get_args(protocol.InputFormat)
+    )
+    emoji = check_choice(body.emoji or "drop", "emoji", get_args(protocol.EmojiReading))
+    pronunciations = check_pronunciations(body.pronunciations or {})
+    return TextControls(
+        input_format,  # type: ignore[arg-type]  # checked against the Literal's values
+        True if body.normalize is None else body.normalize,
+        emoji,
+        pronunciations,
+    )
 
 
 @dataclass(frozen=True)
@@ -89,6 +122,8 @@ class SpeechPlan:
     language: str | None = None
     #: voice-clone fields for an engine declaring ``cloning``
     options: Mapping[str, object] = field(default_factory=dict)
+    #: how the text is read (the front-end)
+    controls: TextControls = field(default_factory=TextControls)
 
     def stream_request(self, label: str) -> StreamRequest:
         """The engine stream this plan is spoken on."""
@@ -212,6 +247,7 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         check_model(body.model, engine.name, engine.model_names())
     text = check_input_text(body.input, state.settings.max_utterance_chars)
     check_speed(body.speed)
+    controls = text_controls(body)
     instructions = check_instructions(
         body.instructions, engine.name, engine.capabilities.instructions
     )
@@ -230,4 +266,5 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         instructions=instructions,
         language=language,
         options=options,
+        controls=controls,
     )

@@ -36,16 +36,58 @@ import numpy.typing as npt
 from gateway.audio.containers import ContainerEncoder
 from gateway.audio.resample import StreamResampler
 from gateway.engines.base import SegmentRequest, SynthesisJob
+from gateway.errors import ErrorCode, GatewayError
 from gateway.http.plan import SpeechPlan
 from gateway.state import GatewayState
+from gateway.text.frontend import FrontEnd, FrontEndError, SpokenSegment
 from gateway.text.pipeline import Audio, SegmentAudio
-from gateway.text.queue import SegmentQueue, speakable_segments
+from gateway.text.queue import SegmentQueue, committed_segments
+from gateway.text.stage import (
+    SilentJob,
+    client_position,
+    frontend_options,
+    pause_ms,
+    pause_samples,
+)
 
 
 @dataclass(eq=False)
 class _Segment:
-    text: str
+    spoken: SpokenSegment
     job: SynthesisJob | None = None
+
+
+def spoken_segments(state: GatewayState, plan: SpeechPlan) -> list[SpokenSegment]:
+    """The request's text cut into segments and read by one front-end.
+
+    The whole text is known, so the front-end reads all of it before any
+    audio: malformed SSML is a 400 ``invalid_ssml`` naming the position."""
+    controls = plan.controls
+    frontend = FrontEnd(
+        frontend_options(
+            input_format=controls.input_format,
+            normalize=controls.normalize,
+            emoji=controls.emoji,
+            pronunciations=controls.pronunciations,
+            language=plan.language or plan.voice.language,
+            capabilities=state.engine.capabilities,
+            lexicon=state.lexicon,
+        )
+    )
+    texts = committed_segments(plan.text, state.settings.max_segment_chars, controls.input_format)
+    try:
+        spoken = [frontend.process(text) for text in texts]
+        tail = frontend.finish()
+    except FrontEndError as exc:
+        at = client_position(plan.text, texts, exc.position)
+        raise GatewayError(
+            ErrorCode.INVALID_SSML,
+            f"`input` is not valid SSML: {exc.message} (at character {at})",
+            param="input",
+        ) from None
+    if tail is not None:
+        spoken.append(tail)
+    return [s for s in spoken if s.text.strip() or s.pauses]
 
 
 async def synthesize(
@@ -55,22 +97,38 @@ async def synthesize(
     pipeline's ``GatewayError`` when a segment fails; cancels the engine
     jobs when closed early (disconnect, cancellation)."""
     offset = state.settings.http_deadline_offset_s
+    # the front-end's reading costs up to about a millisecond a segment:
+    # never on the event loop; malformed SSML is refused before any audio
+    read = await asyncio.to_thread(spoken_segments, state, plan)
     stream = state.engine.open_stream(plan.stream_request(label))
 
     def submit(segment: _Segment) -> None:
-        segment.job = stream.submit(
-            SegmentRequest(text=segment.text, deadline=time.monotonic() + offset)
-        )
+        text = segment.spoken.text
+        if not text.strip():  # only pauses: no engine call
+            segment.job = SilentJob()
+            return
+        segment.job = stream.submit(SegmentRequest(text=text, deadline=time.monotonic() + offset))
 
     segments: SegmentQueue[_Segment] = SegmentQueue(submit)
-    for text in speakable_segments(plan.text, state.settings.max_segment_chars):
-        segments.append(_Segment(text))
-    resampler = StreamResampler(plan.voice.sample_rate, plan.sample_rate)
+    for spoken in read:
+        segments.append(_Segment(spoken))
+    voice_rate = plan.voice.sample_rate
+    resampler = StreamResampler(voice_rate, plan.sample_rate)
+
+    def silence(ms: int) -> npt.NDArray[np.float32]:
+        """An SSML ``<break>``: silence made here, at the output rate."""
+        piece = pause_samples(ms, voice_rate)
+        return resampler.process(piece) if piece.size else piece
+
     try:
         index = 0
         while segments.waiting:
-            job = segments.start_next().job
+            queued = segments.start_next()
+            job = queued.job
             assert job is not None
+            before, after = pause_ms(queued.spoken)
+            if (pause := silence(before)).size:
+                yield pause
             segment = SegmentAudio(job, resampler, where=f"{label} segment {index}")
             async with contextlib.aclosing(segment.events()) as events:
                 async for event in events:
@@ -78,6 +136,8 @@ async def synthesize(
                         yield event.samples
             if segment.failure is not None:
                 raise segment.failure
+            if (pause := silence(after)).size:
+                yield pause
             segments.finish()
             state.metrics.sentences.inc()
             index += 1

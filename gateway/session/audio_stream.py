@@ -78,6 +78,7 @@ from gateway.session.utterance import Segment, Utterance
 from gateway.text.duration import estimate_seconds
 from gateway.text.pipeline import SegmentAudio
 from gateway.text.queue import SegmentQueue
+from gateway.text.stage import SilentJob, pause_ms, pause_samples
 from gateway.ws.outbound import ConnectionGone
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,9 @@ class QueuedSegment:
     utterance: Utterance
     segment: Segment
     job: SynthesisJob | None = None
+    #: the front-end's reading of the segment (a worker thread, started by
+    #: the session core); submitted to the engine only once done
+    read: asyncio.Future[None] | None = None
 
 
 class StreamHost(Protocol):
@@ -288,9 +292,10 @@ class AudioStream:
         self.env = env
         self.name = name
         # the next segment is prefetched only while the session buffer has
-        # room (its decode would otherwise add to a full buffer)
+        # room (its decode would otherwise add to a full buffer), once the
+        # front-end has read it
         self.segments: SegmentQueue[QueuedSegment] = SegmentQueue(
-            self._submit, room=lambda: not env.budget.full
+            self._submit, room=lambda: not env.budget.full and self._head_read()
         )
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -317,6 +322,15 @@ class AudioStream:
         self._wake.set()
         if self.task is None:
             self.task = asyncio.create_task(self._run(), name=f"stream-{self.name}")
+
+    def read_done(self) -> None:
+        """A segment's reading by the front-end ended (the session core runs
+        it, ``Session._read``): it may be submitted now."""
+        self.segments.prefetch()
+
+    def _head_read(self) -> bool:
+        head = self.queue[0] if self.queue else None
+        return head is None or head.read is None or head.read.done()
 
     def cancel(self, utterances: list[Utterance]) -> bool:
         """Stop these utterances: remove their queued segments and cancel
@@ -377,11 +391,13 @@ class AudioStream:
         utterance = item.utterance
         start = utterance.first_audio_at
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
+        text = item.segment.engine_text
+        if not text.strip():  # nothing to speak: a segment of no audio
+            item.job = SilentJob()
+            return
         # the stream's first segment opens the utterance: its first chunk
         # jumps the engine's queue (StreamRequest.first_audio_priority)
-        item.job = self._engine_stream(item).submit(
-            SegmentRequest(text=item.segment.text, deadline=deadline)
-        )
+        item.job = self._engine_stream(item).submit(SegmentRequest(text=text, deadline=deadline))
 
     def _engine_stream(self, item: QueuedSegment) -> EngineStream:
         utterance = item.utterance
@@ -417,7 +433,7 @@ class AudioStream:
             segment = current.segment
             total = current.job.stats.audio_seconds
             if total is None:
-                total = estimate_seconds(segment.text, utterance.config.speed)
+                total = estimate_seconds(segment.engine_text, utterance.config.speed)
             sent_s = (utterance.sent_ms - segment.start_ms) / 1000 if segment.started else 0.0
             ahead += max(0.0, total - sent_s)
         return ahead
@@ -429,12 +445,19 @@ class AudioStream:
                 while not self.queue:
                     self._wake.clear()
                     await self._wake.wait()
+                head = self.queue[0]
+                if head.read is not None and not head.read.done():
+                    await asyncio.wait({head.read})  # the front-end's reading
+                    continue  # a cancel may have changed the queue meanwhile
                 item = self.segments.start_next()
                 try:
                     await self._speak(item)
                 finally:
                     self.segments.finish()  # the next may have waited for room
                 self.close_if_complete(item.utterance)
+                reading = item.utterance.reading
+                if item.utterance.done_received and reading is not None:
+                    await asyncio.wait({reading})  # its end-of-text check
                 # a cancel that arrived while audio.done was going out
                 await self._report_cancel(item.context, None, 0)
                 await self._send(self.env.host.segment_dequeued(item.context))
@@ -470,7 +493,13 @@ class AudioStream:
         out = _SegmentOut(self.env, item)
         resampler = self._resampler(utt)
         await out.open()
+        # SSML <break> pauses: silence made here, before or after the speech
+        before, after = pause_ms(item.segment.spoken)
+        if before:
+            await out.push(resampler.process(pause_samples(before, resampler.in_rate)))
         failure = await self._decode(item, job, out, resampler)
+        if after and not utt.cancelled and failure is None:
+            await out.push(resampler.process(pause_samples(after, resampler.in_rate)))
         if not utt.cancelled:
             # the next segment of the utterance is queued: keep the
             # resampler's state so the two join seamlessly

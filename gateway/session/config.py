@@ -24,6 +24,7 @@ from gateway.session.validation import (
     check_instructions,
     check_language,
     check_model,
+    check_pronunciations,
     check_sample_rate,
     check_speed,
     check_vllm_fields,
@@ -158,10 +159,16 @@ def apply_config(
         "max_lead_ms",
         "timestamps",
         "framing",
+        "input_format",
+        "normalize",
+        "emoji",
+        "debug_engine_text",
     ):
         value = getattr(msg, name)
         if _given(value):
             changes[name] = value
+    if isinstance(msg.pronunciations, dict):  # a map given replaces; {} clears
+        changes["pronunciations"] = check_pronunciations(msg.pronunciations)
     merged = msgspec.structs.replace(current, **changes)
     if merged.flow_control != "none" and not merged.stream_audio:
         raise GatewayError(

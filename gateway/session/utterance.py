@@ -12,6 +12,7 @@ segment finished) through the methods here.  The stream only reads them.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from gateway import protocol
 from gateway.engines.base import SegmentStats, WordTiming
 from gateway.protocol import EffectiveConfig
+from gateway.text.frontend import FrontEnd, FrontEndError, Span, SpokenSegment
+from gateway.text.stage import SourceWord, empty_spoken, source_words
 
 
 @dataclass(eq=False)
@@ -26,7 +29,8 @@ class Segment:
     """A piece of the utterance's text committed to the engine (a sentence,
     or a clause or phrase the segmentation policy cut early; the protocol
     calls it a sentence: ``sentence_index``), with where its audio sits in
-    the utterance (ms from the utterance's first sample)."""
+    the utterance (ms from the utterance's first sample).  ``text`` is the
+    client's text; ``spoken`` what the engine reads (the front-end's form)."""
 
     index: int
     text: str
@@ -35,6 +39,30 @@ class Segment:
     words: tuple[WordTiming, ...] | None = None  #: segment-relative timings
     started: bool = False  #: its ``audio.start`` was sent
     finished: bool = False  #: its ``audio.done`` was sent
+    #: the front-end's spoken form (None: the engine reads ``text``)
+    spoken: SpokenSegment | None = None
+    #: where ``text`` starts in the utterance's client text
+    source_start: int = 0
+    #: the front-end refused the text (malformed SSML): nothing is spoken
+    refused: FrontEndError | None = None
+    #: ``words`` on the client's text (segment-relative offsets)
+    source_words: tuple[SourceWord, ...] = ()
+
+    @property
+    def engine_text(self) -> str:
+        """What the engine reads for this segment ("": nothing)."""
+        return self.text if self.spoken is None else self.spoken.text
+
+    def set_words(self, words: tuple[WordTiming, ...]) -> tuple[SourceWord, ...]:
+        """Keep the engine's word timings and their client-text mapping."""
+        self.words = words
+        spoken = self.spoken or _verbatim(self.text)
+        self.source_words = source_words(spoken, words)
+        return self.source_words
+
+
+def _verbatim(text: str) -> SpokenSegment:
+    return SpokenSegment(source=text, text=text, spans=(Span(0, len(text), 0, len(text)),))
 
 
 @dataclass(eq=False)
@@ -47,6 +75,21 @@ class Utterance:
     segments: list[Segment] = field(default_factory=list)
     done_received: bool = False  #: ``input.done`` arrived
     cancelled: bool = False
+    #: the text front-end of this utterance (None: the engine reads the
+    #: client's text as it is)
+    frontend: FrontEnd | None = None
+    #: every ``input.text`` of the utterance, joined (the client's text)
+    source_text: str = ""
+    #: the front-end refused a segment (malformed SSML): the utterance's
+    #: later text is reported but not spoken (its markup state is unknown)
+    frontend_failed: bool = False
+    #: markup left open at the end of the text (``finish_reading``)
+    unclosed: FrontEndError | None = None
+    #: the front-end's reading of the committed segments, in order (a chain
+    #: of worker-thread calls, ``AudioStream``); None: nothing pending
+    reading: asyncio.Future[None] | None = None
+    _located: int = 0  #: end of the last segment found in ``source_text``
+    _frontend_chars: int = 0  #: characters handed to the front-end so far
     #: holds a ``max_active_streams`` slot: it has committed text being
     #: synthesized or queued (``Session._take_slot``; committed text waiting
     #: for a slot is the session core's ``_waiting``)
@@ -107,9 +150,46 @@ class Utterance:
         )
 
     def add_segment(self, text: str) -> Segment:
-        segment = Segment(index=len(self.segments), text=text)
+        """A committed piece of text becomes the utterance's next segment,
+        located in the client's text.  Its spoken form comes from ``read``
+        (off the event loop: ``AudioStream`` runs it in a worker thread, in
+        order)."""
+        found = self.source_text.find(text, self._located) if text else -1
+        start = self._located if found < 0 else found
+        self._located = start + len(text)
+        segment = Segment(index=len(self.segments), text=text, source_start=start)
         self.segments.append(segment)
         return segment
+
+    # --- the text front-end (called in a worker thread, one call at a time) --------
+    def read(self, segment: Segment) -> None:
+        """The front-end's spoken form of ``segment`` (segments are read in
+        order).  Malformed markup refuses the segment, and the utterance's
+        later text is reported but not spoken (its markup state is unknown)."""
+        if self.frontend is None:
+            return
+        if self.frontend_failed:
+            segment.spoken = empty_spoken(segment.text)
+            return
+        before = self._frontend_chars
+        self._frontend_chars += len(segment.text)
+        try:
+            segment.spoken = self.frontend.process(segment.text)
+        except FrontEndError as exc:
+            local = min(len(segment.text), max(0, exc.position - before))
+            segment.refused = FrontEndError(exc.message, segment.source_start + local)
+            segment.spoken = empty_spoken(segment.text)
+            self.frontend_failed = True
+
+    def finish_reading(self) -> None:
+        """The utterance's text is complete: markup left open (SSML) is
+        ``unclosed``, reported before its ``session.done``."""
+        if self.frontend is None or self.frontend_failed:
+            return
+        try:
+            self.frontend.finish()  # carries no text (gateway.text.frontend)
+        except FrontEndError as exc:
+            self.unclosed = FrontEndError(exc.message, len(self.source_text))
 
     # --- what the audio stream reported (applied by the session core) --------------
     def start_segment(self, segment: Segment) -> None:
@@ -179,6 +259,16 @@ def _split_words(segment: Segment, position_ms: float) -> tuple[str, str]:
     words = segment.words
     assert words is not None
     text = segment.text
+    if segment.source_words:  # the front-end's offset map
+        heard_words = [
+            w for w in segment.source_words if segment.start_ms + w.start_ms < position_ms
+        ]
+        if not heard_words:
+            return "", text.strip()
+        cut = heard_words[-1].char_end
+        while cut < len(text) and not text[cut].isspace():
+            cut += 1
+        return text[:cut].strip(), text[cut:].strip()
     heard = 0
     for word in words:
         if segment.start_ms + word.start_ms >= position_ms:

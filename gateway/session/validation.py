@@ -22,6 +22,7 @@ import msgspec
 from gateway import protocol
 from gateway.engines.base import CLONING_OPTIONS, VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
+from gateway.text.frontend.lexicon import MAX_KEY_CHARS, MAX_SPOKEN_CHARS
 from gateway.text.segmenter import is_speakable
 
 #: model names that mean "the engine the server runs" (OpenAI's and ours)
@@ -219,3 +220,53 @@ def _shown(value: object) -> str:
     """A value in an error message, cut short (``ref_audio`` may be megabytes)."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- the text front-end's controls (``docs/text.md``) ------------------------------
+
+#: entries of one ``pronunciations`` map (the longest word and text are the
+#: lexicon file's: ``MAX_KEY_CHARS``, ``MAX_SPOKEN_CHARS``)
+MAX_PRONUNCIATIONS = 256
+
+
+def check_choice(value: str, param: str, choices: Sequence[str]) -> str:
+    """``value`` must be one of ``choices`` (the HTTP body's strings; the
+    WebSocket decoder already holds ``session.config`` to them)."""
+    if value not in choices:
+        raise invalid_config(
+            f"{param} must be one of {', '.join(repr(c) for c in choices)}, not {_shown(value)}",
+            param,
+        )
+    return value
+
+
+def check_pronunciations(value: Mapping[str, str]) -> dict[str, str]:
+    """A ``pronunciations`` map (a word or phrase -> the text spoken instead):
+    at most ``MAX_PRONUNCIATIONS`` entries, keys and values non-empty, without
+    NUL and at most ``MAX_KEY_CHARS``/``MAX_SPOKEN_CHARS`` characters; keys
+    are stripped."""
+    param = "pronunciations"
+    if len(value) > MAX_PRONUNCIATIONS:
+        raise invalid_config(
+            f"`pronunciations` has {len(value)} entries; the limit is {MAX_PRONUNCIATIONS}", param
+        )
+    checked: dict[str, str] = {}
+    for key, spoken in value.items():
+        word = key.strip()
+        if not word or not spoken.strip():
+            raise invalid_config(
+                f"`pronunciations` entry {_shown(key)}: the word and its text must not be empty",
+                param,
+            )
+        if len(word) > MAX_KEY_CHARS or len(spoken) > MAX_SPOKEN_CHARS:
+            raise invalid_config(
+                f"`pronunciations` entry {_shown(key)}: at most {MAX_KEY_CHARS} characters"
+                f" for the word and {MAX_SPOKEN_CHARS} for its text",
+                param,
+            )
+        if "\x00" in word or "\x00" in spoken:
+            raise invalid_config(
+                f"`pronunciations` entry {_shown(key)} contains a NUL character", param
+            )
+        checked[word] = spoken.strip()
+    return checked

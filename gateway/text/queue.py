@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 from gateway.engines.base import SynthesisJob
+from gateway.text.frontend import InputFormat
 from gateway.text.segmenter import Segmenter, is_speakable
 
 
@@ -96,8 +97,16 @@ class SegmentQueue(Generic[S]):
         self.waiting.clear()
 
 
-def speakable_segments(text: str, max_chars: int) -> list[str]:
-    """A whole text cut into speakable segments (the HTTP API's input)."""
-    segmenter = Segmenter("auto", max_chars=max_chars)
+def committed_segments(
+    text: str, max_chars: int, input_format: InputFormat | None = None
+) -> list[str]:
+    """A whole text cut into segments as a stream of it would be (the HTTP
+    API's input, read by the front-end: a code fence alone is a segment)."""
+    segmenter = Segmenter("auto", max_chars=max_chars, input_format=input_format)
     pieces = segmenter.push(text) + segmenter.flush()
-    return [p.strip() for p in pieces if is_speakable(p)]
+    return [p.strip() for p in pieces if p.strip()]
+
+
+def speakable_segments(text: str, max_chars: int) -> list[str]:
+    """A whole text cut into speakable segments, read as written."""
+    return [p for p in committed_segments(text, max_chars) if is_speakable(p)]

@@ -290,6 +290,10 @@ class Segmenter:
         return self._mode
 
     @property
+    def input_format(self) -> InputFormat:
+        return self._format
+
+    @property
     def buffered(self) -> str:
         """Text accepted and not yet emitted (may start with whitespace)."""
         return self._buf

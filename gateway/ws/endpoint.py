@@ -79,7 +79,15 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             CloseCode.TRY_AGAIN,
         )
         return
-    session = Session(state.engine, settings, state.metrics, state.admission, out, client=client)
+    session = Session(
+        state.engine,
+        settings,
+        state.metrics,
+        state.admission,
+        out,
+        client=client,
+        lexicon=state.lexicon,
+    )
     conn = Connection(
         session, out, VoiceDesk(state.engine, settings, websocket.app.state.voice_store)
     )

@@ -57,6 +57,7 @@ from gateway.engines.orpheus.prompt import PromptBuilder, max_tokens
 from gateway.engines.orpheus.settings import OrpheusSettings
 from gateway.engines.pool.engine import PoolEngine, PoolStream
 from gateway.errors import SettingsError
+from gateway.text.segmenter import EMOTION_TAGS
 
 if TYPE_CHECKING:
     from gateway.engines.orpheus.decoder import DecodeWorker
@@ -271,6 +272,8 @@ class OrpheusEngine(PoolEngine[CompletionsClient]):
             languages=(self.config.language,),
             max_concurrency=len(self.config.urls) * self.config.max_per_replica,
             typical_first_chunk_s=_TYPICAL_PREFILL_S + FIRST_AUDIO_TOKENS / _TYPICAL_TOKENS_PER_S,
+            # the model's emotion tags pass the text front-end verbatim
+            markup_tags=EMOTION_TAGS,
         )
 
     # --- requests ---------------------------------------------------------------------

@@ -1,0 +1,206 @@
+"""The front-end stage: where a committed segment becomes what an engine reads.
+
+One ``FrontEnd`` (``gateway.text.frontend``) per utterance turns each
+committed segment of the client's text into its spoken form; this module is
+the glue both speech paths share (the WebSocket session, ``gateway.session``,
+and the HTTP API, ``gateway.http.speech``):
+
+* ``frontend_options``: the client's controls (``input_format``,
+  ``normalize``, ``emoji``, ``pronunciations``), the server lexicon and the
+  engine's capabilities (``normalizes_text``, ``markup_tags``) as one
+  ``FrontEndOptions``;
+* ``SilentJob``: the job of a segment with nothing to speak (an emoji alone,
+  a skipped code block, ``---``): it is reported as a sentence with no
+  audio, and the engine is not called;
+* ``pause_samples``: SSML ``<break>`` pauses as silence made here;
+* ``source_words``: the engine's word timings on the client's words, with
+  their character offsets in the client's text;
+* ``load_lexicon``: the server-wide pronunciation file (``lexicon_file``).
+
+``LexiconError`` is the front-end's, re-exported for the app.
+
+Pure but for ``load_lexicon`` (read once at start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gateway.engines.base import (
+    Capabilities,
+    EngineEvent,
+    SegmentStats,
+    SynthesisJob,
+    WordTiming,
+)
+from gateway.text.frontend import FrontEndOptions, InputFormat, SpokenSegment
+from gateway.text.frontend.lexicon import LexiconError
+from gateway.text.frontend.lexicon import load_lexicon as read_lexicon
+
+__all__ = [
+    "Lexicon",
+    "LexiconError",
+    "SilentJob",
+    "SourceWord",
+    "client_position",
+    "empty_spoken",
+    "frontend_options",
+    "load_lexicon",
+    "pause_ms",
+    "pause_samples",
+    "segment_starts",
+    "source_words",
+]
+
+#: the server lexicon and the session's or request's own entries, merged
+Lexicon = tuple[tuple[str, str], ...]
+
+
+def frontend_options(
+    *,
+    input_format: InputFormat,
+    normalize: bool,
+    emoji: str,
+    pronunciations: Mapping[str, str],
+    language: str,
+    capabilities: Capabilities,
+    lexicon: Lexicon = (),
+) -> FrontEndOptions:
+    """The options of one utterance's front-end.  Later pronunciation
+    entries win: the client's own over the server lexicon."""
+    return FrontEndOptions(
+        input_format=input_format,
+        normalize=normalize,
+        emoji="name" if emoji == "name" else "drop",
+        language=language,
+        pronunciations=(*lexicon, *pronunciations.items()),
+        keep_tags=frozenset(capabilities.markup_tags),
+        engine_normalizes=capabilities.normalizes_text,
+    )
+
+
+def empty_spoken(source: str) -> SpokenSegment:
+    """A segment of which nothing is spoken (it failed the front-end)."""
+    return SpokenSegment(source=source, text="", spans=())
+
+
+class SilentJob(SynthesisJob):
+    """The job of a segment with nothing for the engine to read: no events;
+    the caller adds its pauses as silence."""
+
+    def __init__(self) -> None:
+        self.stats = SegmentStats(audio_seconds=0.0)
+
+    async def _events(self) -> AsyncIterator[EngineEvent]:
+        return
+        yield  # an async generator with no items
+
+    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        return self._events()
+
+    def cancel(self) -> None:
+        self.stats.cancelled = True
+
+
+def pause_ms(spoken: SpokenSegment | None) -> tuple[int, int]:
+    """The segment's ``<break>`` pauses as (ms before its speech, ms after).
+
+    A pause at the start of the spoken text (or in a segment with no text)
+    comes before it; a pause anywhere else is heard after the segment's
+    speech, where the engine's audio ends (``docs/text.md``)."""
+    if spoken is None:
+        return 0, 0
+    before = sum(ms for at, ms in spoken.pauses if at <= 0 or not spoken.text)
+    after = sum(ms for at, ms in spoken.pauses if at > 0 and spoken.text)
+    return before, after
+
+
+def pause_samples(ms: int, rate: int) -> np.ndarray:
+    """Silence of ``ms`` milliseconds at ``rate`` (float32 mono)."""
+    return np.zeros(max(0, round(ms * rate / 1000)), np.float32)
+
+
+@dataclass(frozen=True)
+class SourceWord:
+    """A word timing on the client's text: ``text`` is the client's
+    characters ``[char_start, char_end)`` of the segment (offsets into
+    ``SpokenSegment.source``); times are segment-relative ms."""
+
+    text: str
+    start_ms: float
+    end_ms: float
+    char_start: int
+    char_end: int
+
+
+def source_words(spoken: SpokenSegment, words: Sequence[WordTiming]) -> tuple[SourceWord, ...]:
+    """The engine's word timings mapped onto the client's words.
+
+    Each engine word is found in the spoken text in order (Piper aligns the
+    whitespace words of what it read); its spoken range maps back through the
+    span map.  Spoken words that came from one client piece (``$5`` read
+    "five dollars") become one word spanning both times, so every timing
+    names client text.  A word the engine did not give verbatim keeps the
+    mapping of the words before it (it is skipped)."""
+    out: list[SourceWord] = []
+    cursor = 0
+    source = spoken.source
+    for word in words:
+        found = spoken.text.find(word.word, cursor) if word.word else -1
+        if found < 0:
+            continue
+        cursor = found + len(word.word)
+        start, end = spoken.source_range(found, cursor)
+        if end <= start:
+            continue
+        if out and start < out[-1].char_end:  # the same client piece
+            last = out[-1]
+            merged_end = max(end, last.char_end)
+            out[-1] = SourceWord(
+                source[last.char_start : merged_end],
+                last.start_ms,
+                max(last.end_ms, word.end_ms),
+                last.char_start,
+                merged_end,
+            )
+            continue
+        out.append(SourceWord(source[start:end], word.start_ms, word.end_ms, start, end))
+    return tuple(out)
+
+
+def segment_starts(text: str, segments: Sequence[str]) -> list[int]:
+    """Where each committed segment starts in the client's ``text`` (the
+    segmenter strips the whitespace between them; a segment not found
+    verbatim is placed where the previous one ended)."""
+    starts: list[int] = []
+    end = 0
+    for segment in segments:
+        found = text.find(segment, end) if segment else -1
+        start = end if found < 0 else found
+        starts.append(start)
+        end = start + len(segment)
+    return starts
+
+
+def client_position(text: str, segments: Sequence[str], position: int) -> int:
+    """A ``FrontEndError.position`` (characters of the segments handed to the
+    front-end, joined) as an offset in the client's ``text``."""
+    fed = 0
+    for segment, start in zip(segments, segment_starts(text, segments), strict=True):
+        if position <= fed + len(segment):
+            return start + max(0, position - fed)
+        fed += len(segment)
+    return len(text)
+
+
+def load_lexicon(path: str) -> Lexicon:
+    """The server lexicon (setting ``lexicon_file``; ``""``: none), in the
+    front-end's format (``gateway.text.frontend.lexicon``: one
+    ``written<TAB>spoken`` a line).  Raises ``LexiconError`` naming the line."""
+    if not path:
+        return ()
+    return read_lexicon(Path(path).expanduser())
