@@ -27,7 +27,9 @@ ERROR_STATUS: Final[dict[str, int]] = {
     "busy": 503,
     "rate_limited": 429,
     "timeout": 408,
+    "listener_silent": 408,
     "engine_refused": 400,
+    "invalid_ssml": 400,
     "internal": 500,
 }
 
