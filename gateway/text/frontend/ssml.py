@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.text.frontend.normalize.en_words import cardinal, digits, ordinal, year
+from gateway.text.frontend.normalize.en_words import MONTHS, cardinal, digits, ordinal, year
 from gateway.text.frontend.pieces import Piece
 
 __all__ = ["MAX_BREAK_MS", "MAX_DEPTH", "SsmlError", "SsmlReader"]
@@ -53,20 +53,6 @@ _STRENGTH: Final = {
     "strong": 700,
     "x-strong": 1000,
 }
-_MONTHS: Final = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-]
 
 
 class SsmlError(ValueError):
@@ -288,7 +274,7 @@ def _date(body: str, fmt: str) -> str | None:
     if month is not None:
         if not 1 <= month <= 12:
             return None
-        words.append(_MONTHS[month - 1])
+        words.append(MONTHS[month - 1])
     if day is not None:
         if not 1 <= day <= 31:
             return None

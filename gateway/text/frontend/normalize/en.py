@@ -17,26 +17,19 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from gateway.text.frontend.normalize.en_words import MAX_CARDINAL, cardinal, digits, ordinal, year
+from gateway.text.frontend.normalize.en_words import (
+    MAX_CARDINAL,
+    MONTHS,
+    cardinal,
+    digits,
+    ordinal,
+    year,
+)
 from gateway.text.frontend.pieces import Edit
 
 __all__ = ["normalize"]
 
-_MONTHS: Final = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-]
-_MONTH_ABBR: Final = {m[:3].lower(): i for i, m in enumerate(_MONTHS)} | {"sept": 8}
+_MONTH_ABBR: Final = {m[:3].lower(): i for i, m in enumerate(MONTHS)} | {"sept": 8}
 
 _CURRENCY: Final = {
     "$": ("dollar", "dollars", "cent", "cents"),
@@ -134,7 +127,7 @@ _E: Final = r"(?![\w]|[.,]\d)"  # ... and ends here
 _UNIT_ALT: Final = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
 _GLUED_ALT: Final = "|".join(re.escape(u) for u in _GLUED_UNITS)
 _ABBR_ALT: Final = "|".join(re.escape(a) for a in sorted(_ABBREVIATIONS, key=len, reverse=True))
-_MONTH_ALT: Final = "|".join(_MONTHS) + "|" + "|".join(m[:3] for m in _MONTHS) + "|Sept"
+_MONTH_ALT: Final = "|".join(MONTHS) + "|" + "|".join(m[:3] for m in MONTHS) + "|Sept"
 
 _RULES: Final[tuple[tuple[str, str], ...]] = (
     (
@@ -311,7 +304,7 @@ def _phone(m: re.Match[str], _: str) -> str:
 def _date(month: int, day: int, yr: str | None) -> str | None:
     if not (1 <= month <= 12 and 1 <= day <= 31):
         return None
-    spoken = f"{_MONTHS[month - 1]} {ordinal(day)}"
+    spoken = f"{MONTHS[month - 1]} {ordinal(day)}"
     if yr:
         spoken += ", " + year(int(yr))
     return spoken

@@ -11,7 +11,23 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["cardinal", "digits", "ordinal", "year"]
+__all__ = ["MONTHS", "cardinal", "digits", "ordinal", "year"]
+
+#: English month names, January first (dates in normalization and SSML ``say-as``)
+MONTHS: Final = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 
 _ONES: Final = [
     "zero",
