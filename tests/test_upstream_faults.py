@@ -159,6 +159,22 @@ async def test_a_segment_past_its_deadline_fails() -> None:
         assert engine_of(gw).client.pool.replicas[0].failures.get("deadline") == 1
 
 
+async def test_a_first_byte_wait_longer_than_the_read_timeout_is_kept() -> None:
+    """``first_byte_timeout_s`` is the first byte's bound even where
+    ``read_timeout_s`` is shorter: a replica silent for 1 s before its answer
+    (read timeout 0.3 s) is waited for, not abandoned and retried."""
+    with replicas("ok") as (only,), ExitStack() as stack:
+        proxy = stack.enter_context(_closing(FaultProxy(only.port)))
+        proxy.faults = Faults(delay_s=1.0)
+        gw = stack.enter_context(front([proxy.url], read_timeout_s=0.3, first_byte_timeout_s=30.0))
+        got = await speech(gw.http)
+        assert got.status_code == 200 and got.content
+        t = await session(gw)
+        assert not t.of("error") and audio_of(t) > 0
+        assert engine_of(gw).client.pool.replicas[0].failures == {}
+        assert only.speech_requests == 2  # one request each, no retry
+
+
 @pytest.mark.parametrize("status", [429, 503])
 async def test_a_full_pool_is_busy_with_retry_advice(status: int) -> None:
     with replicas("status", "status", status=status) as pool, front([r.base for r in pool]) as gw:

@@ -37,7 +37,6 @@ CONFIG = {"response_format": "pcm", "stream_audio": True, "frame_ms": 20, "frami
 HEADER = struct.Struct("<BBHIIQ")
 
 
-
 def _only_connection(server: RunningServer) -> Connection:
     sessions = list(server.state.live_sessions)
     assert len(sessions) == 1

@@ -284,7 +284,9 @@ async def _attempt(
     try:
         async with asyncio.timeout(client.settings.first_byte_timeout_s) as deadline:
             first.bind(deadline)
-            request = client.http.build_request("POST", url, json=dict(body))
+            request = client.http.build_request(
+                "POST", url, json=dict(body), timeout=client.attempt_timeout
+            )
             response = await client.http.send(request, stream=True)
             try:
                 if not 200 <= response.status_code < 300:

@@ -156,14 +156,24 @@ class ReplicaClient:
         headers = {"Accept-Encoding": "identity"}
         if settings.api_key:
             headers["Authorization"] = f"Bearer {settings.api_key}"
+        timeout = httpx.Timeout(
+            connect=settings.connect_timeout_s,
+            read=settings.read_timeout_s,
+            write=settings.read_timeout_s,
+            pool=settings.queue_timeout_s or None,
+        )
+        #: a segment's request: httpx's read timeout also bounds the wait for
+        #: the response head and the body's first piece, which
+        #: first_byte_timeout_s bounds, so it is never the shorter of the two
+        self.attempt_timeout = httpx.Timeout(
+            connect=settings.connect_timeout_s,
+            read=max(settings.read_timeout_s, settings.first_byte_timeout_s),
+            write=settings.read_timeout_s,
+            pool=settings.queue_timeout_s or None,
+        )
         self.http = httpx.AsyncClient(
             headers=headers,
-            timeout=httpx.Timeout(
-                connect=settings.connect_timeout_s,
-                read=settings.read_timeout_s,
-                write=settings.read_timeout_s,
-                pool=settings.queue_timeout_s or None,
-            ),
+            timeout=timeout,
             limits=httpx.Limits(
                 max_connections=len(self.bases) * (settings.max_per_replica + 2),
                 max_keepalive_connections=len(self.bases) * settings.max_per_replica,

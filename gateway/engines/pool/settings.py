@@ -49,7 +49,8 @@ class PoolSettings(Section, forbid_unknown_fields=True, kw_only=True):
     connect_timeout_s: float = 2.0
     #: request sent to first audio byte, per attempt
     first_byte_timeout_s: float = 10.0
-    #: longest silence between two pieces of a body
+    #: longest silence between two pieces of a body (first_byte_timeout_s
+    #: instead where that is longer: one read timeout covers both waits)
     read_timeout_s: float = 10.0
     #: request sent to the end of its body, per attempt (paced delivery included)
     segment_timeout_s: float = 120.0

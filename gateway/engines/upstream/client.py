@@ -125,9 +125,7 @@ class UpstreamClient(ReplicaClient):
         if len(tried) == len(self.bases):
             tried = frozenset()  # nobody listed it: let the upstreams answer
         cap = self.audio_cap(body)
-        await failover(
-            self, body, lambda: _Relay(rate, sink, self.settings, cap), WORDING, tried
-        )
+        await failover(self, body, lambda: _Relay(rate, sink, self.settings, cap), WORDING, tried)
 
     def audio_cap(self, body: Mapping[str, Any]) -> float:
         """Seconds of audio the segment of ``body`` may have."""
