@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+import numpy as np
 import openai
 import pytest
 
@@ -326,6 +327,35 @@ async def test_an_ssml_break_is_silence_made_by_the_gateway(
     )
     added = _audio_ms(paused) - _audio_ms(plain)
     assert 950 <= added <= 1050, added
+
+
+async def test_a_break_inside_a_sentence_is_heard_where_it_stands(
+    piper_server: RunningServer,
+) -> None:
+    """The segmenter cuts after a ``<break>``, so its silence (exact zeros,
+    made by the gateway) closes the audio of the words before it, and the
+    words after it start the next sentence."""
+    t = await _speak(
+        piper_server,
+        list('<speak>Hello there <break time="1s"/> my friend.</speak>'),
+        input_format="ssml",
+        response_format="pcm",
+        stream_audio=True,
+        split_granularity="sentence",
+    )
+    texts = [s["sentence_text"] for s in t.of("audio.start")]
+    assert texts == ['<speak>Hello there <break time="1s"/>', "my friend.</speak>"]
+    first: list[bytes] = []
+    for item in t.items[t.items.index(t.of("audio.start")[0]) + 1 :]:
+        if isinstance(item, dict) and item["type"] == "audio.start":
+            break
+        if isinstance(item, bytes):
+            first.append(item)
+    samples = np.frombuffer(b"".join(first), "<i2")
+    rate = t.of("audio.start")[0]["sample_rate"]
+    tail = samples[-int(0.95 * rate) :]
+    assert samples.size > rate and not tail.any()  # speech, then the pause
+    assert samples[: samples.size - rate].any()
 
 
 async def test_the_server_lexicon_and_the_sessions_pronunciations(

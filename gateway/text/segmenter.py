@@ -98,6 +98,10 @@ _ZWJ: Final = "\u200d"
 _CLUSTER: Final = re.compile("[" + re.escape(_PUNCT) + "][" + re.escape(_PUNCT + _CLOSERS) + "]*")
 # Markdown: line breaks are boundary candidates too.
 _CLUSTER_MD: Final = re.compile(_CLUSTER.pattern + "|\n")
+# SSML: a <break> tag is a sentence boundary after it, so its pause falls at a
+# segment's end (where the gateway makes the silence), never inside one.
+_CLUSTER_SSML: Final = re.compile(r"<break\b[^<>]*>|" + _CLUSTER.pattern, re.IGNORECASE)
+_CLUSTERS: Final = {"markdown": _CLUSTER_MD, "ssml": _CLUSTER_SSML}
 # A Markdown line that is a block of its own, and the start of one.
 _BLOCK_LINE: Final = re.compile(
     r" {0,3}(?:#{1,6}(?:\s|$)|[-*+]\s|\d{1,9}[.)]\s|>|\||```|~~~|[-*_=]{3,}\s*$)"
@@ -199,6 +203,10 @@ def _has_speakable(text: str, start: int, end: int) -> bool:
     return start < end and _SPEAKABLE.search(text, start, end) is not None
 
 
+#: SSML: a tag, or one begun at the end of the text (markup, not speech)
+_SSML_MARKUP: Final = re.compile(r"<[^<>]*(?:>|$)")
+
+
 def _is_high(ch: str) -> bool:
     return "\ud800" <= ch <= "\udbff"
 
@@ -279,7 +287,7 @@ class Segmenter:
         self._mode: Granularity = granularity
         self._max = max_chars
         self._format: InputFormat = input_format or "plain"
-        self._cluster = _CLUSTER_MD if self._format == "markdown" else _CLUSTER
+        self._cluster = _CLUSTERS.get(self._format, _CLUSTER)
         self._buf = ""
         self._emitted = False  # a segment of the current utterance has left
 
@@ -335,8 +343,8 @@ class Segmenter:
         clause_ends: set[int] = set()
         for m in self._cluster.finditer(body, 0, n):
             s, e = m.span()
-            if m.group() == "\n":
-                continue
+            if m.group() == "\n" or m.group()[0] == "<":
+                continue  # a line or a <break>: a sentence boundary, cut at push
             decision = self._decide(body, m.group(), s, e, final=False, clause_ok=True)
             sig = [ch for ch in m.group() if ch in _PUNCT]
             if decision == _WAIT:
@@ -505,21 +513,23 @@ class Segmenter:
         over_cap = False
         for m in self._cluster.finditer(body):
             s, e = m.span()
-            if pending is not None and _has_speakable(body, pending, s):
+            if pending is not None and self._speakable(body, pending, s):
                 return _unless_held(pending, hold)
             if e > cap:
                 over_cap = True
                 break
             if m.group() == "\n":
                 decision = self._newline(body, s, final=final)
+            elif m.group()[0] == "<":
+                decision = self._cut_ok(body, e, final=final)  # after a <break>
             else:
                 decision = self._decide(body, m.group(), s, e, final=final, clause_ok=clause_ok)
             if decision == _WAIT:
                 return None
-            if decision == _CUT and (pending is not None or _has_speakable(body, 0, s)):
+            if decision == _CUT and (pending is not None or self._speakable(body, 0, s)):
                 pending = e
         if pending is not None:
-            if over_cap or n > cap or _has_speakable(body, pending, n):
+            if over_cap or n > cap or self._speakable(body, pending, n):
                 return _unless_held(pending, hold)
             return None
         if n > cap:
@@ -583,6 +593,15 @@ class Segmenter:
         if visible.islower() or (ellipsis and not visible.isupper()):
             return _NO
         return self._cut_ok(body, e, final=final)
+
+    def _speakable(self, text: str, start: int = 0, end: int | None = None) -> bool:
+        """Whether ``text[start:end]`` has a letter or digit to speak; in SSML
+        a tag's name and attributes are markup (``<speak><break/>`` is not
+        speech, so no segment ends after it alone)."""
+        end = len(text) if end is None else end
+        if self._format != "ssml" or "<" not in text[start:end]:
+            return _has_speakable(text, start, end)
+        return is_speakable(_SSML_MARKUP.sub(" ", text[start:end]))
 
     def _cut_ok(self, body: str, i: int, *, final: bool) -> int:
         """A cut at ``i`` is allowed unless the next visible character is a
@@ -677,7 +696,7 @@ class Segmenter:
         for piece in pieces:
             if (
                 out
-                and not (is_speakable(piece) and is_speakable(out[-1]))
+                and not (self._speakable(piece) and self._speakable(out[-1]))
                 and len((out[-1] + piece).strip()) <= self._max
             ):
                 out[-1] += piece

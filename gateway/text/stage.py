@@ -111,7 +111,9 @@ def pause_ms(spoken: SpokenSegment | None) -> tuple[int, int]:
 
     A pause at the start of the spoken text (or in a segment with no text)
     comes before it; a pause anywhere else is heard after the segment's
-    speech, where the engine's audio ends (``docs/text.md``)."""
+    speech, where the engine's audio ends.  The segmenter ends a segment
+    after each ``<break>``, so that is where it stands; only an uncut
+    (``none``) segment can hold one mid-text (``docs/text.md``)."""
     if spoken is None:
         return 0, 0
     before = sum(ms for at, ms in spoken.pauses if at <= 0 or not spoken.text)

@@ -78,12 +78,32 @@ def test_no_cut_inside_open_emphasis_until_it_closes() -> None:
 
 def test_no_cut_inside_an_open_ssml_tag() -> None:
     seg = Segmenter("sentence", input_format="ssml")
-    assert seg.push('One. Two. <sub alias="Hi.') == ["One.", "Two."]
-    assert seg.push(' There">Y</sub> three. Four') == ['<sub alias="Hi. There">Y</sub> three.']
+    # "Two." waits: a tag's attributes are markup, so nothing speakable is
+    # known to follow it yet (else what follows would merge into it)
+    assert seg.push('One. Two. <sub alias="Hi.') == ["One."]
+    assert seg.push(' There">Y</sub> three. Four') == [
+        "Two.",
+        '<sub alias="Hi. There">Y</sub> three.',
+    ]
     assert run(['<sub alias="Hi. There">Y</sub> three. Four'], fmt="ssml") == [
         '<sub alias="Hi. There">Y</sub> three.',
         "Four",
     ]
+
+
+def test_an_ssml_break_ends_a_segment() -> None:
+    """Its pause is heard where it stands: at the end of the words before it
+    (a break with nothing speakable before it stays with what follows)."""
+    text = '<speak><break/>Hi there <BREAK time="1.5s" /> my friend, ok? Fine.</speak>'
+    assert run([text], fmt="ssml") == [
+        '<speak><break/>Hi there <BREAK time="1.5s" />',
+        "my friend, ok?",
+        "Fine.</speak>",
+    ]
+    seg = Segmenter("sentence", input_format="ssml")
+    assert seg.push('One <break time="1.') == []  # inside the tag: no cut
+    assert seg.push('5s"/>') == []  # what follows is not known yet
+    assert seg.push(" two") == ['One <break time="1.5s"/>']
 
 
 def test_markdown_lines_are_boundaries() -> None:
