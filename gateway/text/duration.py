@@ -29,7 +29,8 @@ SECONDS_PER_CHAR: Final = 0.06
 CHARS_PER_DIGIT: Final = 5
 
 #: text that is never spoken as written: a code block, a link's target or
-#: reference, a list item's marker, a URL's scheme, Markdown's markers, runs of rule or table characters, and emoji
+#: reference, a list item's marker, a URL's scheme, Markdown's markers,
+#: runs of rule or table characters, and emoji
 _SILENT = re.compile(
     r"```.*?(?:```|\Z)"  # a fenced code block (the front-end skips it)
     r"|^\s*\[[^\]\n]+\]:\s*\S+"  # a link reference definition
