@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench.report import load, performance_section, readme_section
+from gateway.bench.report import MARKDOWN_RESULTS, load, performance_section, readme_section
 from tests.conftest import RunningServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,7 +17,9 @@ RESULTS = ROOT / "bench" / "results" / "latest.jsonl"
 def test_readme_performance_section_matches_the_results_file() -> None:
     section = readme_section(ROOT / "README.md")
     assert section is not None, "README.md has no '## Performance' section"
-    assert section == performance_section(load(RESULTS)), (
+    markdown = load(RESULTS.parent / MARKDOWN_RESULTS)
+    assert "### Markdown replies" in section
+    assert section == performance_section(load(RESULTS), markdown), (
         "README.md's Performance section is stale: run `python -m gateway bench-readme`"
     )
 

@@ -20,6 +20,12 @@ REPRODUCE = (
     "python -m gateway bench --peer piper --peer wyoming --utterances 20 --levels 1,2,4,6,8,10"
     " --out bench/results/latest.jsonl --report bench/results/latest.html"
 )
+MARKDOWN_REPRODUCE = (
+    "python -m gateway bench --peer piper --peer wyoming --corpus markdown --scenarios llm"
+    " --utterances 20 --out bench/results/markdown.jsonl --report bench/results/markdown.html"
+)
+#: the Markdown run's results, beside the main results file
+MARKDOWN_RESULTS = "markdown.jsonl"
 README_HEADING = "## Performance"
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 
@@ -331,8 +337,128 @@ def _peers(settings: dict[str, Any]) -> list[str]:
     return [peer] if isinstance(peer, str) else list(peer)
 
 
-def performance_section(lines: Sequence[dict[str, Any]]) -> str:
-    """The README's "Performance" section, generated from one results file."""
+Row = tuple[str, str, list[str]]
+
+
+def _ratio(a: str, b: str) -> str:
+    try:
+        return f"{float(b) / float(a):.1f}x"
+    except (ValueError, ZeroDivisionError):
+        return "-"
+
+
+def _table(target: str, peers: Sequence[str | None], rows: Sequence[Row]) -> list[str]:
+    """Rows (label, the gateway's cell, the peers' cells) as a Markdown
+    table with each peer's ratio to the gateway: for times ("(ms)", "(s)"),
+    peer / gateway; for capacity, how many more sessions the gateway held."""
+    names = [PEER_NAMES.get(peer, "-") if peer else "-" for peer in peers]
+    table = [
+        f"| measure | gateway ({target} protocol) | "
+        + " | ".join(f"{name} | {name} / gateway" for name in names)
+        + " |",
+        "|---|---|" + "---|---|" * len(peers),
+    ]
+    for label, a, bs in rows:
+        cells = []
+        for b in bs:
+            r = _ratio(a, b) if "(ms)" in label or "(s)" in label else "-"
+            if label.startswith("capacity") and a not in ("-", "n/a") and b not in ("-", "n/a"):
+                r = f"{float(a) / max(float(b), 1e-9):.1f}x more sessions" if float(b) else "-"
+            cells.append(f"{b} | {r}")
+        table.append(f"| {label} | {a} | " + " | ".join(cells) + " |")
+    return table
+
+
+def _llm_rows(
+    lines: Sequence[dict[str, Any]], target: str, peers: Sequence[str | None]
+) -> list[Row]:
+    """The ``llm`` scenario of a Markdown run: first audio, gaps, and the
+    audio heard (a reader that speaks the markup makes more of it)."""
+
+    def summary(who: str | None) -> dict[str, Any] | None:
+        return _summary(lines, who, "llm") if who else None
+
+    def first(who: str | None, q: str) -> str:
+        s = summary(who)
+        return _fmt(s["ttfa_first_token_ms"][q]) if s else "-"
+
+    def gaps(who: str | None) -> str:
+        s = summary(who)
+        return f"{s['utterances_with_gap']} / {s['utterances']}" if s else "-"
+
+    spoken: dict[str, dict[int, float]] = {}
+    for u in lines:
+        if u["kind"] == "utterance" and u["scenario"] == "llm" and not u.get("error"):
+            spoken.setdefault(u["target"], {})[u["index"]] = u["audio_ms"]
+    common = set.intersection(*(set(by) for by in spoken.values())) if spoken else set()
+
+    def audio(who: str | None) -> str:
+        by = spoken.get(who or "")
+        return f"{sum(by[i] for i in common) / 1000:.1f}" if by and common else "-"
+
+    rows: list[Row] = [
+        (f"time to first audio, from the first token, {q} (ms)", first(target, q),
+         [first(p, q) for p in peers])
+        for q in ("p50", "p95")
+    ]  # fmt: skip
+    rows.append(("utterances with a gap over 100 ms / all", gaps(target), [gaps(p) for p in peers]))
+    rows.append(
+        (
+            f"audio of the {len(common)} replies every target spoke (s)",
+            audio(target),
+            [audio(p) for p in peers],
+        )
+    )
+    return rows
+
+
+def _failures(lines: Sequence[dict[str, Any]]) -> list[str]:
+    """A sentence for each target whose run stopped at a failed utterance."""
+    out = []
+    for u in lines:
+        if u["kind"] == "utterance" and u.get("error"):
+            name = PEER_NAMES.get(u["target"], u["target"])
+            out.append(
+                f"{name} failed reply {u['index'] + 1} (`{u['error']}`); its figures cover the"
+                " replies before it."
+            )
+    return [" ".join(out), ""] if out else []
+
+
+def markdown_section(lines: Sequence[dict[str, Any]]) -> list[str]:
+    """The Performance section's part on Markdown replies (``--corpus
+    markdown``), from its own results file."""
+    run = next(line for line in lines if line["kind"] == "run")
+    settings = run["settings"]
+    target = settings["protocol"]
+    peers: list[str | None] = [*_peers(settings)] or [None]
+    return [
+        "### Markdown replies",
+        "",
+        f"The `llm` scenario with the Markdown/emoji replies of"
+        f" `bench/text_corpus/markdown.jsonl` ({settings['utterances']} utterances, tokens at"
+        f" {settings['token_rate']:.0f}/s): the gateway's text front-end reads them; the peers"
+        " have none and read the markup aloud, so their audio is longer.",
+        "",
+        *_table(target, peers, _llm_rows(lines, target, peers)),
+        "",
+        *_failures(lines),
+        f"Machine: load average {run['machine'].get('loadavg_1m_at_start')} at the start."
+        + _measured_code(run.get("source")),
+        "",
+        "```bash",
+        MARKDOWN_REPRODUCE,
+        "python -m gateway bench-readme",
+        "```",
+        "",
+    ]
+
+
+def performance_section(
+    lines: Sequence[dict[str, Any]], markdown: Sequence[dict[str, Any]] | None = None
+) -> str:
+    """The README's "Performance" section, generated from one results file
+    (and a Markdown run's, when there is one)."""
     run = next(line for line in lines if line["kind"] == "run")
     machine = run["machine"]
     settings = run["settings"]
@@ -349,13 +475,7 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
             return "n/a"
         return _fmt(s[key][q])
 
-    def ratio(a: str, b: str) -> str:
-        try:
-            return f"{float(b) / float(a):.1f}x"
-        except (ValueError, ZeroDivisionError):
-            return "-"
-
-    rows: list[tuple[str, str, list[str]]] = []
+    rows: list[Row] = []
     for label, scenario, key in (
         ("time to first audio, `flush`, from `input.done`", "flush", "ttfa_flush_ms"),
         ("time to first audio, `llm`, from the first token", "llm", "ttfa_first_token_ms"),
@@ -434,21 +554,7 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
                 )
             )
 
-    names = [PEER_NAMES.get(peer, "-") if peer else "-" for peer in peers]
-    table = [
-        f"| measure | gateway ({target} protocol) | "
-        + " | ".join(f"{name} | {name} / gateway" for name in names)
-        + " |",
-        "|---|---|" + "---|---|" * len(peers),
-    ]
-    for label, a, bs in rows:
-        cells = []
-        for b in bs:
-            r = ratio(a, b) if "(ms)" in label else "-"
-            if label.startswith("capacity") and a not in ("-", "n/a") and b not in ("-", "n/a"):
-                r = f"{float(a) / max(float(b), 1e-9):.1f}x more sessions" if float(b) else "-"
-            cells.append(f"{b} | {r}")
-        table.append(f"| {label} | {a} | " + " | ".join(cells) + " |")
+    table = _table(target, peers, rows)
     steps = "; ".join(
         f"{who}: "
         + ", ".join(
@@ -505,6 +611,8 @@ def performance_section(lines: Sequence[dict[str, Any]]) -> str:
         "```",
         "",
     ]
+    if markdown is not None:
+        lines_out += markdown_section(markdown)
     return "\n".join(lines_out)
 
 
@@ -515,9 +623,11 @@ def _held_at(cap: dict[str, Any] | None, ttfa_ms: float) -> str:
 
 
 def update_readme(readme: Path, results: Path) -> None:
-    """Replace the README's "Performance" section (its last section) from a results file."""
+    """Replace the README's "Performance" section (its last section) from a
+    results file and, beside it, the Markdown run's (``MARKDOWN_RESULTS``)."""
     text = readme.read_text(encoding="utf-8")
-    section = performance_section(load(results))
+    markdown = results.parent / MARKDOWN_RESULTS
+    section = performance_section(load(results), load(markdown) if markdown.exists() else None)
     index = text.find("\n" + README_HEADING + "\n")
     head = text if index < 0 else text[: index + 1]
     readme.write_text(head.rstrip("\n") + "\n\n" + section, encoding="utf-8")
