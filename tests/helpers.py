@@ -10,21 +10,16 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import soundfile as sf
+from voice_gateway_wire.testing import Gateway, gateway_process
 from websockets.asyncio.client import ClientConnection, connect
 
 from gateway.engines.base import (
@@ -173,34 +168,9 @@ class FailOnMarkerEngine(Engine):
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@dataclass
-class ServeProcess:
-    """A real ``python -m gateway serve`` process on a free loopback port."""
-
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/audio/speech/stream"
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self, timeout_s: float = 30.0) -> int:
-        """SIGTERM, then kill if it does not exit; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+#: a real ``python -m gateway serve`` process on a free loopback port (the
+#: wire package's test helper, which the plugins' tests use too)
+ServeProcess = Gateway
 
 
 @contextmanager
@@ -211,45 +181,11 @@ def serve_process(
     port: int | None = None,
     **settings: object,
 ) -> Iterator[ServeProcess]:
-    """Start a server with ``GATEWAY_<SETTING>`` environment overrides and
-    wait until ``/readyz`` answers 200; stopped on exit.  Output goes to a
-    log file (a pipe could fill up and block a chatty server).  The
-    ``gateway`` package is imported from ``package_root`` (the checkout, or
-    an unpacked wheel) and the server runs in ``cwd``, on ``port`` (a free
-    one when not given)."""
-    port = port or free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(package_root),
-        "GATEWAY_DATA_DIR": str(data_dir),
-        **{f"GATEWAY_{name.upper()}": str(value) for name, value in settings.items()},
-    }
-    log = data_dir / f"serve-{port}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
-            cwd=cwd,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = ServeProcess(proc, port, log)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, server.output()
-            assert time.monotonic() < deadline, "server did not become ready"
-            try:
-                if httpx.get(server.base + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+    """Start a server with ``GATEWAY_<SETTING>`` environment overrides, run
+    by this interpreter, and wait until ``/readyz`` answers 200; stopped on
+    exit.  The ``gateway`` package is imported from ``package_root`` (the
+    checkout, or an unpacked wheel) and the server runs in ``cwd``."""
+    with gateway_process(
+        package_root, data_dir, python=sys.executable, cwd=cwd, port=port, **settings
+    ) as server:
         yield server
-    finally:
-        server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

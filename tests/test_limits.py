@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from tests.conftest import RunningServer
@@ -64,6 +66,32 @@ async def _hold_slot(ws: object, context_id: str | None = None) -> None:
     await recv_until(ws, Transcript(), stop="audio.start", limit_s=20)  # type: ignore[arg-type]
 
 
+@asynccontextmanager
+async def _one_slot_held(
+    server: RunningServer,
+) -> AsyncIterator[tuple[ClientConnection, Callable[[], Awaitable[None]]]]:
+    """Two sessions, the server's one stream slot held by the first
+    (``_hold_slot``): yields the second and ``release``, which cancels the
+    first's utterance (called on exit if not before)."""
+    async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
+        await a.recv()
+        await b.recv()
+        await send(a, type="session.config", **HELD)
+        await a.recv()
+        await _hold_slot(a)
+        released = False
+
+        async def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                await send(a, type="cancel")
+                await recv_until(a, Transcript(), limit_s=20)
+
+        yield b, release
+        await release()
+
+
 async def test_an_utterance_beyond_the_slots_waits_and_is_then_served(
     server_factory: Callable[..., RunningServer],
 ) -> None:
@@ -95,12 +123,7 @@ async def test_an_utterance_past_the_deadline_is_busy_with_retry_advice(
     server_factory: Callable[..., RunningServer],
 ) -> None:
     server = server_factory(max_active_streams=1, admission_deadline_s=0.3)
-    async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
-        await a.recv()
-        await b.recv()
-        await send(a, type="session.config", **HELD)
-        await a.recv()
-        await _hold_slot(a)
+    async with _one_slot_held(server) as (b, _):
         await send(b, type="input.text", text="No room for me.")
         await send(b, type="input.done")
         error = await _busy(b)
@@ -110,8 +133,6 @@ async def test_an_utterance_past_the_deadline_is_busy_with_retry_advice(
         assert cancelled["unspoken_text"] == "No room for me." and cancelled["spoken_text"] == ""
         assert t.of("session.done")[0]["cancelled"]
         assert server.state.admission.queue.depth == 0
-        await send(a, type="cancel")
-        await recv_until(a, Transcript(), limit_s=20)
     assert server.state.admission.active == 0
 
 
@@ -119,18 +140,11 @@ async def test_without_a_queue_text_beyond_the_slots_is_refused(
     server_factory: Callable[..., RunningServer],
 ) -> None:
     server = server_factory(max_active_streams=1, admission_queue_length=0)
-    async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
-        await a.recv()
-        await b.recv()
-        await send(a, type="session.config", **HELD)
-        await a.recv()
-        await _hold_slot(a)
+    async with _one_slot_held(server) as (b, release):
         await send(b, type="input.text", text="No room for me.")
         error = await _busy(b)
         assert "not accepted" in str(error["message"]) and error["retry_after_ms"] == 3000
-        # the first session cancels; then the second may speak
-        await send(a, type="cancel")
-        await recv_until(a, Transcript(), limit_s=20)
+        await release()  # the first session cancels; then the second may speak
         await send(b, type="input.text", text="Now there is room.")
         await send(b, type="input.done")
         t = await recv_until(b, Transcript(), limit_s=30)

@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 
 import httpx
+from voice_gateway_wire.testing import free_port
 
 from tests.conftest import run_server
 from tests.conftest import test_settings as settings_for
 from tests.faultreplica import RATE, fault_replica
-from tests.helpers import ROOT, free_port, serve_process
+from tests.helpers import ROOT, serve_process
 
 
 def readme_command() -> str:

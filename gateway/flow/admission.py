@@ -37,7 +37,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -250,6 +250,10 @@ class Refused(Exception):
         self.ticket = ticket
 
 
+class ClientGone(Exception):
+    """``AdmissionGate.acquire``'s client went away while it waited."""
+
+
 class AdmissionGate:
     """A ``SlotQueue`` on the event loop: clock, deadline timer, notifications, metrics."""
 
@@ -307,9 +311,18 @@ class AdmissionGate:
         """Give back a granted or waiting ticket (twice is harmless)."""
         self._settle(self.queue.release(ticket, self._clock()), [])
 
-    async def acquire(self, client: str, *, deadline_s: float | None = None) -> Ticket:
+    async def acquire(
+        self,
+        client: str,
+        *,
+        deadline_s: float | None = None,
+        gone: Callable[[], Awaitable[object]] | None = None,
+    ) -> Ticket:
         """Wait for a slot (the HTTP surface); raises ``Refused``.  The caller
-        releases the granted ticket; a cancelled wait leaves the queue."""
+        releases the granted ticket; a cancelled wait leaves the queue.
+        ``gone``: what completes when the client has gone away; watched only
+        while the ticket waits, it ends the wait with ``ClientGone`` (the
+        ticket leaves the queue)."""
         decided = asyncio.get_running_loop().create_future()
 
         def notify(ticket: Ticket) -> None:
@@ -318,11 +331,23 @@ class AdmissionGate:
 
         ticket = self.ask(client, deadline_s=deadline_s, notify=notify)
         if ticket.state == "waiting":
+            watcher = asyncio.ensure_future(gone()) if gone is not None else None
             try:
-                await decided
+                if watcher is None:
+                    await decided
+                else:
+                    await asyncio.wait((decided, watcher), return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
                 self.release(ticket)  # waiting: leaves the queue; granted meanwhile: frees it
                 raise
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+                    if watcher.done() and not watcher.cancelled():
+                        watcher.exception()  # retrieved: a failed watch is a disconnect too
+            if not decided.done():
+                self.release(ticket)
+                raise ClientGone
         if ticket.state != "granted":
             raise Refused(ticket)
         return ticket

@@ -1,7 +1,9 @@
 """HTTP admission: whom a speech request counts as in the admission queue
 (``gateway.flow.admission``, shared with the WebSocket) and the ``503 busy``
 of a request refused a slot.  Used by the single route (which waits up to
-``admission_deadline_s``) and by batch items (which wait as long as needed)."""
+``admission_deadline_s``, and leaves the queue when its client disconnects:
+``disconnected``) and by batch items (which wait as long as
+needed)."""
 
 from __future__ import annotations
 
@@ -35,3 +37,11 @@ def http_busy(slots: AdmissionGate, ticket: Ticket) -> GatewayError:
             " retry after Retry-After"
         )
     return GatewayError(ErrorCode.BUSY, why, retry_after_s=ticket.retry_after_s)
+
+
+async def disconnected(request: Request) -> None:
+    """Completes when the client of ``request`` disconnects: ``acquire``'s
+    ``gone`` for a request whose body has been read, so that the next ASGI
+    message is the disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -19,8 +19,9 @@ Admission: ``GatewayState.http_admission`` (``max_http_streams``) caps HTTP
 synthesis separately from the WebSocket's ``max_active_streams``, with the
 same admission queue in front (``gateway.flow.admission``,
 ``gateway.http.admission``): a request waits up to ``admission_deadline_s``
-for a slot, then ``503 busy`` with ``Retry-After``; batch items wait as long
-as needed.
+for a slot, then ``503 busy`` with ``Retry-After``; a request whose client
+disconnects while it waits leaves the queue at once (its place goes to the
+next; nothing is synthesized); batch items wait as long as needed.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from starlette.routing import Route
 
 from gateway.audio.containers import ContainerEncoder, format_support
 from gateway.errors import GatewayError
-from gateway.flow.admission import Refused
+from gateway.flow.admission import ClientGone, Refused
 from gateway.http import sse
-from gateway.http.admission import http_busy, http_client
+from gateway.http.admission import disconnected, http_busy, http_client
 from gateway.http.batch import speech_batch
 from gateway.http.errors import (
     check_request,
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATE_HEADER = "X-Sample-Rate"
 _request_ids = itertools.count(1)
+#: the status of a request whose client left while it waited for a slot (never sent)
+CLIENT_CLOSED = 499
 
 
 def _headers(plan: SpeechPlan) -> dict[str, str]:
@@ -73,9 +76,13 @@ async def speech(request: Request) -> Response | SpeechResponse:
         return error_response(exc, state)
     slots = state.http_admission
     try:  # the wait counts in the client's time to first audio
-        ticket = await slots.acquire(http_client(request, state))
+        ticket = await slots.acquire(
+            http_client(request, state), gone=lambda: disconnected(request)
+        )
     except Refused as no_slot:
         return error_response(http_busy(slots, no_slot.ticket), state)
+    except ClientGone:  # nobody to answer: 499, nginx's "client closed request"
+        return Response(status_code=CLIENT_CLOSED)
     label = f"http-{next(_request_ids)}"
     try:
         encoder = ContainerEncoder(

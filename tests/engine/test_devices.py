@@ -13,11 +13,12 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 import torch
+from voice_gateway_wire.testing import free_port
 
 from gateway.engines.piper.acoustic import onnx_providers
 from gateway.engines.piper.engine import torch_device
 from gateway.settings import SettingsError
-from tests.helpers import ROOT, free_port
+from tests.helpers import ROOT
 
 HAS_CUDA_PROVIDER = "CUDAExecutionProvider" in ort.get_available_providers()
 

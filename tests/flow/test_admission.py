@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from gateway.flow.admission import AdmissionGate, Refused, SlotQueue, Ticket
+from gateway.flow.admission import AdmissionGate, ClientGone, Refused, SlotQueue, Ticket
 
 
 class RecordingMetrics:
@@ -215,3 +215,33 @@ async def test_a_cancelled_acquire_gives_its_place_back() -> None:
     assert gate.queue.depth == 0
     gate.release(held)
     assert gate.active == 0
+
+
+async def test_a_waiter_whose_client_goes_gives_its_place_to_the_next() -> None:
+    gate = AdmissionGate(SlotQueue(1, 4, deadline_s=5.0), RecordingMetrics())
+    held = await gate.acquire("a")
+    gone = asyncio.Event()
+    leaving = asyncio.create_task(gate.acquire("b", gone=gone.wait))
+    staying = asyncio.create_task(gate.acquire("c", gone=asyncio.Event().wait))
+    await asyncio.sleep(0.01)
+    assert gate.queue.depth == 2
+    gone.set()
+    with pytest.raises(ClientGone):
+        await leaving
+    assert gate.queue.depth == 1  # only "c" waits now
+    gate.release(held)
+    ticket = await staying  # granted: its watch of the client ends
+    assert ticket.state == "granted" and ticket.client == "c"
+    gate.release(ticket)
+    assert gate.active == 0 and gate.queue.depth == 0
+
+
+async def test_a_slot_free_at_once_never_watches_the_client() -> None:
+    gate = AdmissionGate(SlotQueue(1, 4, deadline_s=5.0), RecordingMetrics())
+
+    async def never_called() -> None:
+        raise AssertionError("watched a request that did not wait")
+
+    ticket = await gate.acquire("a", gone=never_called)
+    assert ticket.state == "granted"
+    gate.release(ticket)

@@ -9,6 +9,7 @@ import concurrent.futures
 import io
 import json
 import os
+import socket
 import time
 from collections.abc import Callable
 
@@ -303,6 +304,53 @@ def test_a_request_beyond_max_http_streams_waits_and_is_then_served(
             answer = second.result(timeout=60)
     assert answer.status_code == 200 and len(answer.content) > 1000, answer.text
     assert metric(server.http, 'gateway_admission_wait_seconds_count{surface="http"}') == 2
+
+
+def test_a_request_whose_client_leaves_while_queued_leaves_the_queue(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    """Its place is given up when the client disconnects, not when a slot
+    comes free: the queue is empty again while the first request still
+    holds the one slot, and the slot later goes to nobody stale."""
+    server = server_factory(max_http_streams=1, admission_deadline_s=120.0)
+    gate = server.state.http_admission
+    body = json.dumps({"voice": "joe", "input": TEXT, "response_format": "pcm"}).encode()
+    with httpx.stream(
+        "POST",
+        server.http + "/v1/audio/speech",
+        json={"voice": "joe", "input": LONG * 8, "response_format": "pcm"},
+        timeout=60,
+    ) as first:
+        chunks = first.iter_bytes()  # kept: a dropped iterator closes the connection
+        next(chunks)
+        host, port = server.http.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as waiting:
+            waiting.sendall(
+                b"POST /v1/audio/speech HTTP/1.1\r\nHost: " + host.encode()
+                + b"\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(body)).encode() + b"\r\n\r\n" + body
+            )  # fmt: skip
+            deadline = time.monotonic() + 10
+            while gate.queue.depth != 1:
+                assert time.monotonic() < deadline, "the second request never queued"
+                time.sleep(0.02)
+        deadline = time.monotonic() + 5
+        while gate.queue.depth:
+            assert time.monotonic() < deadline, "the gone request stayed in the queue"
+            time.sleep(0.02)
+        assert gate.active == 1  # the first still holds the slot
+    # the first client leaves too: its slot is free for the next request
+    answer = httpx.post(
+        server.http + "/v1/audio/speech",
+        json={"voice": "joe", "input": TEXT, "response_format": "pcm"},
+        timeout=60,
+    )
+    assert answer.status_code == 200 and answer.content
+    deadline = time.monotonic() + 5  # released once the response has closed
+    while gate.active:
+        assert time.monotonic() < deadline, "a slot stayed held"
+        time.sleep(0.02)
+    assert gate.queue.depth == 0
 
 
 def test_a_request_past_the_deadline_is_busy_with_retry_after(

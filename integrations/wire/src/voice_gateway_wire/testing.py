@@ -42,6 +42,8 @@ class Gateway:
     def http(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    base = http  #: the same, by the name the gateway's own tests use
+
     @property
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/v1/audio/speech/stream"
@@ -57,6 +59,16 @@ class Gateway:
         assert match, f"{name} not in /metrics"
         return float(match.group(1))
 
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM, then SIGKILL if it does not exit; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -65,11 +77,23 @@ def free_port() -> int:
 
 
 @contextmanager
-def gateway_process(root: Path, data_dir: Path, **settings: object) -> Iterator[Gateway]:
-    """``python -m gateway serve`` from the checkout ``root`` on a free port,
-    each keyword a ``GATEWAY_*`` setting; ready (``/readyz``) when yielded,
-    stopped with SIGTERM (then SIGKILL) after."""
-    port = free_port()
+def gateway_process(
+    root: Path,
+    data_dir: Path,
+    *,
+    python: str | None = None,
+    cwd: Path | None = None,
+    port: int | None = None,
+    **settings: object,
+) -> Iterator[Gateway]:
+    """``python -m gateway serve`` with the ``gateway`` package imported from
+    ``root`` (a checkout, or an unpacked wheel), run by ``python`` (default
+    ``gateway_python(root)``) in ``cwd`` (default ``root``) on ``port`` (a
+    free one by default), each other keyword a ``GATEWAY_*`` setting.  Output
+    goes to a log file in ``data_dir`` (a pipe could fill up and block a
+    chatty server).  Ready (``/readyz``) when yielded, stopped with SIGTERM
+    (then SIGKILL) after."""
+    port = port or free_port()
     env = {
         **os.environ,
         "PYTHONPATH": str(root),
@@ -79,8 +103,8 @@ def gateway_process(root: Path, data_dir: Path, **settings: object) -> Iterator[
     log = data_dir / f"gateway-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [gateway_python(root), "-m", "gateway", "serve", "--port", str(port)],
-            cwd=root,
+            [python or gateway_python(root), "-m", "gateway", "serve", "--port", str(port)],
+            cwd=cwd or root,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -99,10 +123,4 @@ def gateway_process(root: Path, data_dir: Path, **settings: object) -> Iterator[
                 time.sleep(0.1)
         yield gateway
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        gateway.stop()
