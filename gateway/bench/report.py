@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 REPRODUCE = (
-    "python -m gateway bench --peer piper --peer wyoming --utterances 20 --levels 1,2,4,6,8,10"
+    "python -m gateway bench --peer piper --peer wyoming --utterances 20"
+    " --scenarios flush,llm,barge-in,capacity,http-load,overload"
     " --out bench/results/latest.jsonl --report bench/results/latest.html"
 )
 MARKDOWN_REPRODUCE = (
@@ -60,6 +61,29 @@ def _step(step: dict[str, Any]) -> str:
     )
 
 
+def load_sentences(lines: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per ``http-load`` level and ``overload`` run (the gateway's
+    own surfaces; no peer has them), for the terminal and the README."""
+    out = []
+    for load in (line for line in lines if line["kind"] == "http_load"):
+        ttfp = load["ttfp_ms"]
+        out.append(
+            f"http-load x{load['level']}: {load['requests']} requests, {load['failed']} failed"
+            f" ({load['busy_503']} busy); ttfp p50 {_fmt(ttfp['p50'])} p95 {_fmt(ttfp['p95'])}"
+            f" p99 {_fmt(ttfp['p99'])} ms"
+        )
+    for over in (line for line in lines if line["kind"] == "overload"):
+        busy_ms = over["busy_answered_after_first_text_ms"]
+        out.append(
+            f"overload {over['level']} sessions: {over['admitted']} admitted"
+            f" ({over['admitted_with_gap']} with a gap), {over['busy']} busy"
+            f" ({over['busy_with_retry_advice']} with retry advice, answered by"
+            f" {_fmt(busy_ms['max'])} ms), other errors {over['other_errors']}; RSS MiB"
+            f" {over['rss_mib']}"
+        )
+    return out
+
+
 def summary_table(lines: Sequence[dict[str, Any]]) -> str:
     """The terminal summary: one row per target, scenario and level."""
     rows = [
@@ -100,22 +124,8 @@ def summary_table(lines: Sequence[dict[str, Any]]) -> str:
             + "; steps: "
             + ", ".join(_step(s) for s in cap["steps"])
         )
-    for load in (line for line in lines if line["kind"] == "http_load"):
-        ttfp = load["ttfp_ms"]
-        text += (
-            f"\nhttp-load x{load['level']}: {load['requests']} requests, {load['failed']} failed"
-            f" ({load['busy_503']} busy); ttfp p50 {_fmt(ttfp['p50'])} p95 {_fmt(ttfp['p95'])}"
-            f" p99 {_fmt(ttfp['p99'])} ms"
-        )
-    for over in (line for line in lines if line["kind"] == "overload"):
-        busy_ms = over["busy_answered_after_first_text_ms"]
-        text += (
-            f"\noverload {over['level']} sessions: {over['admitted']} admitted"
-            f" ({over['admitted_with_gap']} with a gap), {over['busy']} busy"
-            f" ({over['busy_with_retry_advice']} with retry advice, answered by"
-            f" {_fmt(busy_ms['max'])} ms), other errors {over['other_errors']}; RSS MiB"
-            f" {over['rss_mib']}"
-        )
+    for sentence in load_sentences(lines):
+        text += "\n" + sentence
     for h in (line for line in lines if line["kind"] == "harness"):
         text += f"\nharness CPU {h['cpu_s']} s over {h['wall_s']} s wall"
     return text
@@ -594,6 +604,7 @@ def performance_section(
         "",
         f"Capacity steps (p95 first audio): {steps}.",
         "",
+        *_load_part(lines),
         f"Machine: {machine.get('cpu') or 'unknown CPU'}, {machine.get('cpus')} logical CPUs,"
         f" {machine.get('platform')}, Python {machine.get('python')}; {versions};"
         f" load average {machine.get('loadavg_1m_at_start')} at the start (other work"
@@ -614,6 +625,23 @@ def performance_section(
     if markdown is not None:
         lines_out += markdown_section(markdown)
     return "\n".join(lines_out)
+
+
+def _load_part(lines: Sequence[dict[str, Any]]) -> list[str]:
+    """The HTTP-load and overload results (time to first audio byte, ttfp,
+    queueing included; RSS idle / right after / after settling), if run."""
+    sentences = load_sentences(lines)
+    if not sentences:
+        return []
+    return [
+        "The gateway's own surfaces under load (HTTP: concurrent `POST /v1/audio/speech`"
+        " requests, ttfp is the time to the first audio byte, queueing included; overload:"
+        " twice the capacity target in `llm` sessions arriving together; RSS idle, right"
+        " after, and after settling):",
+        "",
+        *(f"- {sentence}" for sentence in sentences),
+        "",
+    ]
 
 
 def _held_at(cap: dict[str, Any] | None, ttfa_ms: float) -> str:
