@@ -16,9 +16,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+#: the command of the committed results file (``bench/results/latest.jsonl``);
+#: add ``--scenarios flush,llm,barge-in,capacity,http-load,overload`` for the
+#: gateway's load scenarios, which the section then shows too
 REPRODUCE = (
-    "python -m gateway bench --peer piper --peer wyoming --utterances 20"
-    " --scenarios flush,llm,barge-in,capacity,http-load,overload"
+    "python -m gateway bench --peer piper --peer wyoming --utterances 20 --levels 1,2,4,6,8,10"
     " --out bench/results/latest.jsonl --report bench/results/latest.html"
 )
 MARKDOWN_REPRODUCE = (
