@@ -6,32 +6,30 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from voice_gateway_wire.testing import Gateway, gateway_process
+from voice_gateway_wire.testing import Gateway, gateway_fixture
 
 #: the checkout whose gateway the tests start
 ROOT = Path(__file__).resolve().parents[3]
-# the gateway's drain on SIGTERM waits for live sessions; tests end quickly
-FAST_EXIT = {"drain_timeout_s": 1}
 
 
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    data: Path = tmp_path_factory.mktemp("gateway")
-    with gateway_process(ROOT, data, engine="synthetic", log_level="debug", **FAST_EXIT) as server:
-        yield server
+    yield from gateway_fixture(
+        ROOT, tmp_path_factory, "gateway", engine="synthetic", log_level="debug"
+    )
 
 
 @pytest.fixture(scope="session")
 def piper_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """The default engine: the real Piper voice the gateway ships."""
-    data: Path = tmp_path_factory.mktemp("piper")
-    with gateway_process(ROOT, data, engine="piper", deterministic="true", **FAST_EXIT) as server:
-        yield server
+    yield from gateway_fixture(
+        ROOT, tmp_path_factory, "piper", engine="piper", deterministic="true"
+    )
 
 
 @pytest.fixture(scope="session")
 def quick_idle_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A gateway that closes a session after 1.5 s without activity."""
-    data: Path = tmp_path_factory.mktemp("idle")
-    with gateway_process(ROOT, data, engine="synthetic", idle_timeout_s=1.5, **FAST_EXIT) as server:
-        yield server
+    yield from gateway_fixture(
+        ROOT, tmp_path_factory, "idle", engine="synthetic", idle_timeout_s=1.5
+    )

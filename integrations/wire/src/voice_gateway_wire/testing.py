@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 #: the longest a gateway may take to answer ``/readyz`` (Piper loads its voice)
 READY_TIMEOUT_S = 180.0
@@ -68,6 +69,26 @@ class Gateway:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+
+#: the gateway's drain on SIGTERM waits for live sessions; tests end quickly
+FAST_EXIT = {"drain_timeout_s": 1}
+
+
+class TempDirs(Protocol):
+    """What a fixture needs of pytest's ``tmp_path_factory``."""
+
+    def mktemp(self, basename: str) -> Path: ...
+
+
+def gateway_fixture(
+    root: Path, tmp_dirs: TempDirs, name: str, **settings: Any
+) -> Iterator[Gateway]:
+    """The body of a plugin's gateway fixture: ``gateway_process`` with a
+    fresh data folder ``name`` and a quick exit (``FAST_EXIT``); use it as
+    ``yield from gateway_fixture(ROOT, tmp_path_factory, "gateway", engine="synthetic")``."""
+    with gateway_process(root, tmp_dirs.mktemp(name), **{**FAST_EXIT, **settings}) as server:
+        yield server
 
 
 def free_port() -> int:
