@@ -430,5 +430,7 @@ async def _pump(job: DeliveredJob, work: ChunkedWork) -> None:
         job.finish()
     except Exception as exc:  # the model failed: this segment fails alone
         if not job.cancelled:
+            # the exception's text is for the log only: it may name paths,
+            # addresses or model internals, which never reach a client
             log.warning("synthesis failed (%s): %r", job.request.label, exc)
-            job.fail(f"synthesis failed: {exc}")
+            job.fail(f"synthesis failed: {type(exc).__name__}")

@@ -1,7 +1,9 @@
 """A small real engine that fails on purpose: the synthetic engine, refusing
 text with "refuse" in it (``SynthesisError(refused=True)``, as an upstream's
-4xx) and giving stereo chunks for text with "stereo" in it (which the
-gateway's resampler rejects: an exception that is not a ``SynthesisError``)."""
+4xx), giving stereo chunks for text with "stereo" in it (which the
+gateway's resampler rejects: an exception that is not a ``SynthesisError``)
+and failing in its model for text with "crash" in it (an exception whose
+text names a path and an address, which must never reach a client)."""
 
 from __future__ import annotations
 
@@ -21,12 +23,24 @@ class StereoWork(ToneWork):
         return np.stack([mono, mono], axis=1)
 
 
+#: what the crashing model's exception says: internal detail
+CRASH_TEXT = "cannot map /srv/models/voice.onnx from 10.1.2.3:9000"
+
+
+class CrashWork(ToneWork):
+    def decode(self, index: int) -> np.ndarray:
+        raise RuntimeError(CRASH_TEXT)
+
+
 class FaultyStream(ToneStream):
     def start(self, job: DeliveredJob) -> None:
         if "refuse" in job.text:
             raise SynthesisError("the reference audio cannot be read", refused=True)
         if "stereo" in job.text:
             pump(job, StereoWork(job.text, self.request.speed))
+            return
+        if "crash" in job.text:
+            pump(job, CrashWork(job.text, self.request.speed))
             return
         super().start(job)
 

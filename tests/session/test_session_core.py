@@ -29,7 +29,7 @@ from gateway.session.utterance import Utterance
 from gateway.session.voice_requests import VoiceDesk
 from gateway.voices.store import VoiceStore
 from tests.conftest import test_settings as make_settings
-from tests.session.faulty_engine import FaultyEngine
+from tests.session.faulty_engine import CRASH_TEXT, FaultyEngine
 
 CONFIG = protocol.SessionConfig(voice="tone", stream_audio=True, response_format="pcm")
 
@@ -672,6 +672,24 @@ async def test_an_engine_refusal_reaches_the_client_with_the_engine_code() -> No
         assert isinstance(error, protocol.Error) and error.code == ErrorCode.ENGINE_REFUSED
         assert "the reference audio cannot be read" in error.message
         assert h.out.events[2].error is True  # type: ignore[union-attr]
+        done = h.out.events[-1]
+        assert isinstance(done, protocol.SessionDone) and done.total_sentences == 2
+    finally:
+        await h.session.shutdown()
+
+
+async def test_a_models_exception_text_never_reaches_the_client() -> None:
+    """A model that raises mid-segment: the client hears which segment failed
+    and the exception's type, never its text (paths, addresses)."""
+    h = Harness(engine=FaultyEngine)
+    try:
+        h.handle(CONFIG)
+        h.handle(protocol.InputText(text="Now crash here. Then speak this."))
+        h.handle(protocol.InputDone())
+        await h.out.wait_for(protocol.SessionDone)
+        (error,) = [e for e in h.out.events if isinstance(e, protocol.Error)]
+        assert error.code == ErrorCode.INTERNAL and "RuntimeError" in error.message
+        assert CRASH_TEXT not in error.message and "/srv" not in error.message
         done = h.out.events[-1]
         assert isinstance(done, protocol.SessionDone) and done.total_sentences == 2
     finally:
