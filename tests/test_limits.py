@@ -96,20 +96,13 @@ async def test_an_utterance_beyond_the_slots_waits_and_is_then_served(
     server_factory: Callable[..., RunningServer],
 ) -> None:
     server = server_factory(max_active_streams=1, admission_deadline_s=30.0)
-    async with await open_ws(server.ws_url) as a, await open_ws(server.ws_url) as b:
-        await a.recv()
-        await b.recv()
-        await send(a, type="session.config", **HELD)
-        await a.recv()
-        await _hold_slot(a)
+    async with _one_slot_held(server) as (b, release):
         await send(b, type="input.text", text="I wait for a slot.")
         await send(b, type="input.done")
         async with asyncio.timeout(10):
             while server.state.admission.queue.depth != 1:
                 await asyncio.sleep(0.01)
-        # the first session cancels; its slot goes to the waiting utterance
-        await send(a, type="cancel")
-        await recv_until(a, Transcript(), limit_s=20)
+        await release()  # the first session cancels; its slot goes to the waiting utterance
         t = await recv_until(b, Transcript(), limit_s=30)
         assert not t.of("error")
         (done,) = t.of("session.done")

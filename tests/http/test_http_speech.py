@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import io
 import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import numpy as np
@@ -306,6 +307,21 @@ def test_a_request_beyond_max_http_streams_waits_and_is_then_served(
     assert metric(server.http, 'gateway_admission_wait_seconds_count{surface="http"}') == 2
 
 
+@contextlib.contextmanager
+def _slot_held(server: RunningServer) -> Iterator[None]:
+    """A long streamed request holding an HTTP slot, its first audio read;
+    its connection closed on exit."""
+    with httpx.stream(
+        "POST",
+        server.http + "/v1/audio/speech",
+        json={"voice": "joe", "input": LONG * 8, "response_format": "pcm"},
+        timeout=60,
+    ) as first:
+        chunks = first.iter_bytes()  # kept: a dropped iterator closes the connection
+        next(chunks)
+        yield
+
+
 def test_a_request_whose_client_leaves_while_queued_leaves_the_queue(
     server_factory: Callable[..., RunningServer],
 ) -> None:
@@ -315,14 +331,7 @@ def test_a_request_whose_client_leaves_while_queued_leaves_the_queue(
     server = server_factory(max_http_streams=1, admission_deadline_s=120.0)
     gate = server.state.http_admission
     body = json.dumps({"voice": "joe", "input": TEXT, "response_format": "pcm"}).encode()
-    with httpx.stream(
-        "POST",
-        server.http + "/v1/audio/speech",
-        json={"voice": "joe", "input": LONG * 8, "response_format": "pcm"},
-        timeout=60,
-    ) as first:
-        chunks = first.iter_bytes()  # kept: a dropped iterator closes the connection
-        next(chunks)
+    with _slot_held(server):
         host, port = server.http.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=10) as waiting:
             waiting.sendall(
@@ -357,14 +366,7 @@ def test_a_request_past_the_deadline_is_busy_with_retry_after(
     server_factory: Callable[..., RunningServer],
 ) -> None:
     server = server_factory(max_http_streams=1, admission_deadline_s=0.2)
-    with httpx.stream(
-        "POST",
-        server.http + "/v1/audio/speech",
-        json={"voice": "joe", "input": LONG * 8, "response_format": "pcm"},
-        timeout=60,
-    ) as first:
-        chunks = first.iter_bytes()  # kept: a dropped iterator closes the connection
-        next(chunks)
+    with _slot_held(server):
         assert metric(server.http, "gateway_http_streams_active") == 1
         second = httpx.post(
             server.http + "/v1/audio/speech",
