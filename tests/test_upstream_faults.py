@@ -297,7 +297,7 @@ def _closing(proxy: FaultProxy) -> Iterator[FaultProxy]:
 async def test_a_replica_killed_mid_stream_fails_only_its_sentences(tmp_path: Path) -> None:
     """kill -9 of one of two gateway replicas while six sessions stream: a
     session whose sentence was on it gets one partial-audio error and goes
-    on; every session ends; the survivor serves what follows."""
+    on; every session ends; the survivor serves a session that starts after."""
     sentences = " ".join(f"Sentence {n} is about the lighthouse over the water." for n in range(4))
     for name in ("doomed", "survivor"):
         (tmp_path / name).mkdir()
@@ -333,8 +333,17 @@ async def test_a_replica_killed_mid_stream_fails_only_its_sentences(tmp_path: Pa
                 assert error["code"] in ("internal", "busy"), error
                 assert error["action"] == "sentence_skipped"
             assert len(t.of("audio.done")) == 4  # every sentence ended, failed or not
-        assert any(not t.of("error") for t in transcripts)  # the survivor's sessions finished
         assert any(t.of("error") for t in transcripts)  # the kill really cut some sentence
+        # Which sessions had a sentence on the killed replica depends on the
+        # routing of their current and prefetched sentences (all six did in
+        # one CI run): what follows the kill is served by the survivor.
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", sample_rate=RATE, **STREAM)
+            await send(ws, type="input.text", text=sentences)
+            await send(ws, type="input.done")
+            after = await recv_until(ws, Transcript(), limit_s=60)
+        assert not after.of("error") and len(after.of("audio.done")) >= 4
         got = await speech(gw.http)
         assert got.status_code == 200 and got.content
         assert survivor.proc.poll() is None
