@@ -298,7 +298,11 @@ async def test_a_replica_killed_mid_stream_fails_only_its_sentences(tmp_path: Pa
     """kill -9 of one of two gateway replicas while six sessions stream: a
     session whose sentence was on it gets one partial-audio error and goes
     on; every session ends; the survivor serves a session that starts after."""
-    sentences = " ".join(f"Sentence {n} is about the lighthouse over the water." for n in range(4))
+    # a first sentence of about 13 s of audio: when every session has its
+    # first frames, the replicas are still sending it (the survivor's and the
+    # doomed one's alike), so the kill surely cuts the sessions it serves
+    long = ", ".join(["the lighthouse over the water keeps its light"] * 5)
+    sentences = f"Sentence one is about {long}. Then a short one."
     for name in ("doomed", "survivor"):
         (tmp_path / name).mkdir()
     with (
@@ -307,6 +311,7 @@ async def test_a_replica_killed_mid_stream_fails_only_its_sentences(tmp_path: Pa
         front([doomed.base, survivor.base], cooldown_s=30.0) as gw,
     ):
         started = asyncio.Event()
+        waiting = [6]  #: sessions without their first frames yet
 
         async def one() -> Transcript:
             async with await open_ws(gw.ws_url) as ws:
@@ -319,8 +324,10 @@ async def test_a_replica_killed_mid_stream_fails_only_its_sentences(tmp_path: Pa
                 while len(t.binary) < 5:
                     raw = await asyncio.wait_for(ws.recv(), 30)
                     t.items.append(raw if isinstance(raw, bytes) else json.loads(raw))
-                started.set()
-                return await recv_until(ws, t, limit_s=60)
+                waiting[0] -= 1
+                if not waiting[0]:
+                    started.set()
+                return await recv_until(ws, t, limit_s=90)
 
         sessions = [asyncio.create_task(one()) for _ in range(6)]
         async with asyncio.timeout(30):
@@ -332,18 +339,18 @@ async def test_a_replica_killed_mid_stream_fails_only_its_sentences(tmp_path: Pa
             for error in t.of("error"):
                 assert error["code"] in ("internal", "busy"), error
                 assert error["action"] == "sentence_skipped"
-            assert len(t.of("audio.done")) == 4  # every sentence ended, failed or not
-        assert any(t.of("error") for t in transcripts)  # the kill really cut some sentence
-        # Which sessions had a sentence on the killed replica depends on the
-        # routing of their current and prefetched sentences (all six did in
-        # one CI run): what follows the kill is served by the survivor.
+            assert len(t.of("audio.done")) == 2  # every sentence ended, failed or not
+        # the sessions the doomed replica was sending to were cut (how many
+        # depends on the routing), and what follows the kill is served by
+        # the survivor
+        assert any(t.of("error") for t in transcripts)
         async with await open_ws(gw.ws_url) as ws:
             await ws.recv()
             await send(ws, type="session.config", sample_rate=RATE, **STREAM)
             await send(ws, type="input.text", text=sentences)
             await send(ws, type="input.done")
-            after = await recv_until(ws, Transcript(), limit_s=60)
-        assert not after.of("error") and len(after.of("audio.done")) >= 4
+            after = await recv_until(ws, Transcript(), limit_s=90)
+        assert not after.of("error") and len(after.of("audio.done")) >= 2
         got = await speech(gw.http)
         assert got.status_code == 200 and got.content
         assert survivor.proc.poll() is None
