@@ -138,15 +138,14 @@ class _FailingStream(EngineStream):
         self.inner.close()
 
 
-class FailOnMarkerEngine(Engine):
-    """Delegates to a real engine; a segment containing ``FAIL_MARKER`` fails
-    after ``after_chunks`` events (so 1+ gives a mid-sentence failure)."""
+class DelegatingEngine(Engine):
+    """A real (started) engine behind a test's wrapper: everything is the
+    inner engine's but the streams, which ``wrap`` may wrap."""
 
-    def __init__(self, inner: Engine, after_chunks: int = 2) -> None:
+    def __init__(self, inner: Engine) -> None:
         super().__init__(inner.settings)
         self.inner = inner
         self.name = inner.name
-        self.after_chunks = after_chunks
 
     async def start(self) -> None:
         return None
@@ -159,10 +158,25 @@ class FailOnMarkerEngine(Engine):
         return self.inner.capabilities
 
     def open_stream(self, request: StreamRequest) -> EngineStream:
-        return _FailingStream(self.inner.open_stream(request), self.after_chunks)
+        return self.wrap(self.inner.open_stream(request))
+
+    def wrap(self, stream: EngineStream) -> EngineStream:
+        return stream
 
     def live_jobs(self) -> int:
         return self.inner.live_jobs()
+
+
+class FailOnMarkerEngine(DelegatingEngine):
+    """Delegates to a real engine; a segment containing ``FAIL_MARKER`` fails
+    after ``after_chunks`` events (so 1+ gives a mid-sentence failure)."""
+
+    def __init__(self, inner: Engine, after_chunks: int = 2) -> None:
+        super().__init__(inner)
+        self.after_chunks = after_chunks
+
+    def wrap(self, stream: EngineStream) -> EngineStream:
+        return _FailingStream(stream, self.after_chunks)
 
 
 ROOT = Path(__file__).resolve().parent.parent

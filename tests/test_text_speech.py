@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -19,20 +18,17 @@ import pytest
 
 from gateway.app import create_app
 from gateway.engines.base import (
-    Capabilities,
     Engine,
     EngineStream,
     SegmentRequest,
-    StreamRequest,
     SynthesisJob,
-    VoiceInfo,
 )
 from gateway.settings import SettingsError
 from gateway.text.queue import speakable_segments
 from gateway.text.segmenter import Segmenter
 from tests.conftest import RunningServer
 from tests.conftest import test_settings as make_settings
-from tests.helpers import Transcript, open_ws, recv_until, send
+from tests.helpers import DelegatingEngine, Transcript, open_ws, recv_until, send
 from tests.http.helpers import API_KEY
 
 #: an assistant's Markdown reply, with what Piper would read literally
@@ -68,30 +64,15 @@ class _RecordingStream(EngineStream):
         self.inner.close()
 
 
-class RecordingEngine(Engine):
+class RecordingEngine(DelegatingEngine):
     """A real engine whose submitted segment texts are recorded, in order."""
 
     def __init__(self, inner: Engine) -> None:
-        super().__init__(inner.settings)
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.texts: list[str] = []
 
-    async def start(self) -> None:
-        return None
-
-    def voices(self) -> Sequence[VoiceInfo]:
-        return self.inner.voices()
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
-
-    def open_stream(self, request: StreamRequest) -> EngineStream:
-        return _RecordingStream(self.inner.open_stream(request), self.texts)
-
-    def live_jobs(self) -> int:
-        return self.inner.live_jobs()
+    def wrap(self, stream: EngineStream) -> EngineStream:
+        return _RecordingStream(stream, self.texts)
 
 
 @pytest.fixture

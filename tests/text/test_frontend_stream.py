@@ -172,14 +172,19 @@ REPLY_PARTS = st.sampled_from(
 )
 
 
+def token_split(reply: str, data: st.DataObject) -> list[str]:
+    """``reply`` cut at up to 40 drawn places, as an LLM's tokens arrive."""
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(reply) - 1)), max_size=40)))
+    return [reply[a:b] for a, b in zip([0, *cuts], [*cuts, len(reply)], strict=True) if b > a]
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(REPLY_PARTS, min_size=1, max_size=12), st.data())
 def test_any_token_split_speaks_as_the_reply_sent_whole(
     parts: list[str], data: st.DataObject
 ) -> None:
     reply = "".join(parts)
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(reply) - 1)), max_size=40)))
-    tokens = [reply[a:b] for a, b in zip([0, *cuts], [*cuts, len(reply)], strict=True) if b > a]
+    tokens = token_split(reply, data)
     options = FrontEndOptions(keep_tags=frozenset({"laugh"}))
 
     def spoken(chunks: list[str]) -> str:
@@ -277,8 +282,7 @@ def test_any_token_split_of_ssml_speaks_as_sent_whole(
         if reply.count("<speak>") > 1
         else reply
     )
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(reply) - 1)), max_size=40)))
-    tokens = [reply[a:b] for a, b in zip([0, *cuts], [*cuts, len(reply)], strict=True) if b > a]
+    tokens = token_split(reply, data)
 
     def spoken(chunks: list[str]) -> tuple[str, list[tuple[int, int]]]:
         fe = FrontEnd(FrontEndOptions(input_format="ssml"))
