@@ -100,6 +100,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         lag = asyncio.create_task(watch_loop_lag(state.metrics), name="loop-lag")
+        follower: asyncio.Task[None] | None = None
         trim = asyncio.create_task(trim_when_idle(the_engine.live_jobs), name="heap-trim")
         try:
             await asyncio.to_thread(voice_store.open)
@@ -112,6 +113,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
                 await the_engine.start()
                 # loading and warm-up leave free heap behind: idle RSS starts low
                 await asyncio.to_thread(trim_heap)
+            if settings.max_active_streams == 0:
+                follower = await state.start_automatic_admission()
             state.ready = True
             log.info(
                 "ready: engine %s, voices %s",
@@ -122,9 +125,10 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
         finally:
             state.ready = False
             state.shutting_down = True
-            lag.cancel()
-            trim.cancel()
-            await asyncio.gather(lag, trim, return_exceptions=True)
+            tasks = [t for t in (lag, trim, follower) if t is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             if owns_engine:
                 await the_engine.aclose()
             await asyncio.to_thread(voice_store.close)

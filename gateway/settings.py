@@ -130,8 +130,10 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     #: new connections per minute per client address
     max_connections_per_minute: int = 120
     #: utterances streaming at once across the server; beyond it they wait
-    #: in the admission queue (docs/configuration.md, "Sizing admission")
-    max_active_streams: int = 20
+    #: in the admission queue (docs/configuration.md, "Sizing admission").
+    #: 0: automatic, measured at start and following the engine's load
+    #: (``gateway.flow.capacity``)
+    max_active_streams: int = 0
     #: of those, the most one WebSocket session may hold at once (a slot is
     #: held only while committed text is synthesized or queued)
     max_streams_per_session: int = 4
@@ -191,7 +193,7 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
             (self.max_sessions >= 1, "max_sessions must be >= 1"),
             (self.max_sessions_per_client >= 1, "max_sessions_per_client must be >= 1"),
             (self.max_sessions_per_agent_key >= 1, "max_sessions_per_agent_key must be >= 1"),
-            (self.max_active_streams >= 1, "max_active_streams must be >= 1"),
+            (self.max_active_streams >= 0, "max_active_streams must be >= 0 (0: automatic)"),
             (self.max_streams_per_session >= 1, "max_streams_per_session must be >= 1"),
             (self.admission_queue_length >= 0, "admission_queue_length must be >= 0"),
             (self.admission_deadline_s >= 0, "admission_deadline_s must be >= 0"),

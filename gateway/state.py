@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.engines.base import Engine
+from gateway.engines.throughput import realtime_streams
 from gateway.errors import CloseCode
+from gateway.flow import capacity
 from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
 from gateway.settings import Settings
@@ -18,6 +20,11 @@ from gateway.text.stage import Lexicon
 from gateway.ws.outbound import ConnectionGone
 
 log = logging.getLogger(__name__)
+
+#: the WebSocket slots of ``max_active_streams = 0`` (automatic) for an engine
+#: whose load the gateway cannot follow (``gateway.flow.capacity``), and until
+#: the start's measurement
+FIXED_ACTIVE_STREAMS = 20
 
 
 class LiveSession(Protocol):
@@ -67,12 +74,14 @@ class GatewayState:
     admission: AdmissionGate = field(init=False)
     #: HTTP speech responses in progress (``max_http_streams``)
     http_admission: AdmissionGate = field(init=False)
+    #: automatic admission's start: the engine's measured real-time streams
+    measured_streams: float | None = None
 
     def __post_init__(self) -> None:
         s = self.settings
         self.admission = AdmissionGate(
             SlotQueue(
-                s.max_active_streams,
+                s.max_active_streams or FIXED_ACTIVE_STREAMS,
                 s.admission_queue_length,
                 s.admission_deadline_s,
                 per_holder=s.max_streams_per_session,
@@ -82,6 +91,32 @@ class GatewayState:
         self.http_admission = AdmissionGate(
             SlotQueue(s.max_http_streams, s.admission_queue_length, s.admission_deadline_s),
             self.metrics.admission("http"),
+        )
+
+    async def start_automatic_admission(self) -> asyncio.Task[None] | None:
+        """Measure the engine and follow its load with the WebSocket slots
+        (``max_active_streams = 0``, ``gateway.flow.capacity``).  None for an
+        engine that reports no lateness: the slots are then its declared
+        ``max_concurrency``, or ``FIXED_ACTIVE_STREAMS``."""
+        engine, gate = self.engine, self.admission
+        if engine.take_lateness() is None:
+            if engine.capabilities.max_concurrency:
+                gate.set_limit(engine.capabilities.max_concurrency)
+            return None
+        policy = capacity.CapacityPolicy(ceiling=self.settings.max_sessions)
+        self.measured_streams = await realtime_streams(engine)
+        engine.take_lateness()  # the probe's own work is not load
+        controller = capacity.SlotController(
+            capacity.seed_limit(self.measured_streams, policy), policy
+        )
+        log.info(
+            "automatic admission: %.1f real-time streams measured, starting at %d slots (up to %d)",
+            self.measured_streams,
+            controller.limit,
+            policy.ceiling,
+        )
+        return asyncio.create_task(
+            capacity.follow(gate, engine.take_lateness, controller), name="admission-capacity"
         )
 
     async def drain(self) -> None:

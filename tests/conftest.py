@@ -61,6 +61,9 @@ class RunningServer:
 def test_settings(**overrides: Any) -> Settings:
     base: dict[str, Any] = {
         "piper": {"deterministic": True},
+        # fixed slots: tests do not depend on this machine's measured speed
+        # (automatic admission has its own tests: tests/test_automatic_admission.py)
+        "max_active_streams": 20,
         "data_dir": os.environ.get("GATEWAY_TEST_DATA_DIR", ".data"),
     }
     base.update(overrides)

@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
+from gateway.flow.capacity import Lateness
+
 if TYPE_CHECKING:
     from gateway.settings import Settings
     from gateway.voices.store import StoredVoice, VoiceStore
@@ -366,3 +368,11 @@ class Engine(abc.ABC):
     def queue_depth(self) -> int:
         """Work items waiting for an engine worker (metrics gauge)."""
         return 0
+
+    def take_lateness(self) -> Lateness | None:
+        """Work finished since the last call, and how much of it finished
+        after it was due because it waited behind other work: the load signal
+        automatic admission follows (``gateway.flow.capacity``).  None: the
+        engine's compute is not the gateway's (remote servers, paced test
+        engines); admission then keeps a fixed number of slots."""
+        return None

@@ -15,7 +15,9 @@ Everything that bounds how much a client may make the server hold or do:
 * ``admission``: ``SlotQueue`` and ``AdmissionGate``, how many utterances
   (WebSocket) or responses (HTTP) synthesize at once across the server, how
   many one session may hold (``max_streams_per_session``), and the bounded,
-  fair queue with a deadline in front of the slots.
+  fair queue with a deadline in front of the slots;
+* ``capacity``: ``SlotController``, automatic admission: the WebSocket slots
+  follow the engine's lateness (``max_active_streams = 0``).
 
 The transport's own write backpressure (a bounded send buffer) is in
 ``gateway.ws.outbound``; the engine-side bound on audio a job holds before the

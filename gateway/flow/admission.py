@@ -190,6 +190,13 @@ class SlotQueue:
         """Refuse new tickets with ``draining``; those waiting still get slots."""
         self.draining = True
 
+    def set_limit(self, limit: int, now: float) -> list[Ticket]:
+        """Change the number of slots (automatic admission,
+        ``gateway.flow.capacity``).  A lower limit stops no holder: grants wait
+        until enough have released.  Returns the tickets a higher one grants."""
+        self.limit = max(1, limit)
+        return self._fill(now)
+
     # -- inside ------------------------------------------------------------------
     def _fill(self, now: float) -> list[Ticket]:
         granted: list[Ticket] = []
@@ -354,6 +361,10 @@ class AdmissionGate:
 
     def begin_drain(self) -> None:
         self.queue.begin_drain()
+
+    def set_limit(self, limit: int) -> None:
+        """``SlotQueue.set_limit`` now, telling the tickets it grants."""
+        self._settle(self.queue.set_limit(limit, self._clock()), [])
 
     def _settle(self, granted: list[Ticket], expired: list[Ticket]) -> None:
         loop = asyncio.get_running_loop() if (granted or expired or self.queue.depth) else None

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +27,7 @@ from gateway.engines.piper.alignment import (
     word_boundaries,
 )
 from gateway.engines.piper.loudness import CEILING, soft_limit
+from gateway.flow.capacity import Lateness
 from gateway.vocoders.stateful import final_pieces, plan_chunks
 
 
@@ -165,6 +168,48 @@ def test_deadline_worker_serves_the_earliest_due_first() -> None:
     assert done.wait(5)
     worker.close()
     assert order[1:] == [1.0, 2.0, 3.0, 5.0, 9.0]
+
+
+def _drain(worker: DeadlineWorker) -> None:
+    """Wait until every item queued so far has finished."""
+    done = threading.Event()
+    worker.put(_Signal(done))
+    assert done.wait(5)
+
+
+class _Signal(WorkItem):
+    def __init__(self, done: threading.Event) -> None:
+        self.done = done
+
+    def due(self) -> float:
+        return math.inf
+
+    def run(self) -> None:
+        self.done.set()
+
+
+def test_deadline_worker_counts_work_late_because_it_waited_behind_other_work() -> None:
+    """The load signal of automatic admission: only an item that waited in the
+    queue and finished after its due time is late."""
+    worker = DeadlineWorker("lateness")
+    worker.start()
+    try:
+        # due long ago, but the worker was free: late text, not load
+        worker.put(_Recorder(time.monotonic() - 1.0, []))
+        _drain(worker)
+        assert worker.take_lateness() == Lateness(finished=2, late=0)
+        gate = threading.Event()
+        worker.put(_Recorder(0.0, [], gate))  # holds the thread
+        now = time.monotonic()
+        worker.put(_Recorder(now + 0.05, []))  # waits past its due time: late
+        worker.put(_Recorder(now + 60.0, []))  # waits, but is done long before due
+        time.sleep(0.1)
+        gate.set()
+        _drain(worker)
+        assert worker.take_lateness() == Lateness(finished=4, late=1)
+        assert worker.take_lateness() == Lateness()  # taken: counted once
+    finally:
+        worker.close()
 
 
 def test_model_cache_reextracts_on_mismatch(tmp_path: Path) -> None:

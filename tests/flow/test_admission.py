@@ -245,3 +245,18 @@ async def test_a_slot_free_at_once_never_watches_the_client() -> None:
     ticket = await gate.acquire("a", gone=never_called)
     assert ticket.state == "granted"
     gate.release(ticket)
+
+
+def test_a_higher_limit_grants_the_waiting_and_a_lower_one_stops_no_holder() -> None:
+    q = SlotQueue(1, queue_length=4, deadline_s=10)
+    held = q.ask("a", 0.0)
+    waiting = [q.ask(c, 0.0) for c in ("b", "c", "d")]
+    assert [t.state for t in waiting] == ["waiting"] * 3
+    assert q.set_limit(3, 1.0) == waiting[:2]
+    assert q.active == 3 and waiting[2].state == "waiting"
+    assert q.set_limit(1, 2.0) == []
+    assert held.state == "granted" and q.active == 3  # nobody loses a slot
+    q.release(held, 3.0)
+    q.release(waiting[0], 3.0)
+    assert waiting[2].state == "waiting"  # two holders left, limit 1: still full
+    assert q.release(waiting[1], 4.0) == [waiting[2]]  # none left: below the limit again

@@ -48,6 +48,7 @@ from gateway.engines.piper.acoustic import check_session_providers, onnx_provide
 from gateway.engines.piper.job import MAX_MERGE, AcousticItem, PiperSegment, Workers
 from gateway.engines.piper.threads import ThreadPlan, configure_torch_threads, default_threads
 from gateway.engines.piper.voice import LoadedVoice, VoiceFiles
+from gateway.flow.capacity import Lateness
 from gateway.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,11 @@ class PiperEngine(Engine):
         if self._workers is None:
             return 0
         return self._workers.acoustic.depth() + self._workers.decode.depth()
+
+    def take_lateness(self) -> Lateness | None:
+        if self._workers is None:
+            return Lateness()
+        return self._workers.acoustic.take_lateness() + self._workers.decode.take_lateness()
 
 
 class PiperStream(DeliveryStream):
