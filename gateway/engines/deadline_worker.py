@@ -17,7 +17,8 @@ Lateness, the admission's load signal (``gateway.flow.capacity``): an item
 that finished after it was due *and* had waited in the queue behind other
 work is late because the worker is overloaded (an item that is due the
 moment it is queued, because its text came late, is not: it did not wait).
-``take_lateness`` returns the count since the last call.
+``take_lateness`` returns the count since the last call, with the seconds
+spent running items (how busy the worker was).
 
 What it must not do: run anything on the event loop, or hold a queue that can
 grow without bound: each job keeps at most one item queued here at a time, so
@@ -71,6 +72,7 @@ class DeadlineWorker:
         self._stats_lock = threading.Lock()
         self._finished = 0
         self._late = 0
+        self._busy_s = 0.0
 
     def start(self) -> None:
         if not self._started:
@@ -93,8 +95,9 @@ class DeadlineWorker:
     def take_lateness(self) -> Lateness:
         """Items finished since the last call and how many were late (any thread)."""
         with self._stats_lock:
-            taken = Lateness(self._finished, self._late)
+            taken = Lateness(self._finished, self._late, self._busy_s)
             self._finished = self._late = 0
+            self._busy_s = 0.0
         return taken
 
     def close(self, timeout: float = 5.0) -> None:
@@ -120,7 +123,9 @@ class DeadlineWorker:
                 log.exception("work item failed in %s", self.name)
             finally:
                 self.busy = False
-            late = started - queued_at > CONTENDED_S and time.monotonic() > due
+            finished = time.monotonic()
+            late = started - queued_at > CONTENDED_S and finished > due
             with self._stats_lock:
                 self._finished += 1
                 self._late += late
+                self._busy_s += finished - started

@@ -20,9 +20,10 @@ reports ``Engine.take_lateness``: Piper).  Two parts:
   limit drops to one below the streams in progress (no stream is stopped; the
   next grant waits until one ends), and is cut again at most every ``hold_s``
   (a cut takes effect only as streams end).  While requests
-  wait, every slot is taken and nothing ran late for the calm (``hold_s``,
+  wait, every slot is taken, nothing ran late for the calm (``hold_s``,
   doubled by each cut up to ``max_calm_s``, back to ``hold_s`` after
-  ``max_calm_s`` with no late work), the limit rises by one every
+  ``max_calm_s`` with no late work) and the engine's busiest worker is busy
+  less than ``rise_below`` of the time, the limit rises by one every
   ``rise_every_s``: the machine's speed varies (a
   phase of this 2-core VM is 2x slower than another), so the limit is found
   again rather than fixed at start.  The limit stays within ``[floor,
@@ -52,18 +53,19 @@ log = logging.getLogger(__name__)
 SEED_SHARE = 0.25
 #: how often ``follow`` reads the engine
 TICK_S = 0.25
+#: the span the busy share is averaged over
+BUSY_AVERAGE_S = 1.0
 
 
 @dataclass(frozen=True)
 class Lateness:
-    """Work items finished over an interval, and how many of them finished late
-    after waiting behind other work."""
+    """An engine's work over an interval: items finished, how many of them
+    finished late after waiting behind other work, and the seconds its
+    busiest worker spent running items."""
 
     finished: int = 0
     late: int = 0
-
-    def __add__(self, other: Lateness) -> Lateness:
-        return Lateness(self.finished + other.finished, self.late + other.late)
+    busy_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,10 @@ class CapacityPolicy:
     #: no further cut for this long after one (a cut takes effect only as
     #: streams end); and, at first, the calm after late work a rise needs
     hold_s: float = 1.0
+    #: no rise while the busiest worker is busier than this (its share of the
+    #: time, averaged over about a second): room is needed for one more stream,
+    #: and late work shows only after the streams that cause it speak
+    rise_below: float = 0.7
     #: each cut doubles the calm a rise needs after late work, up to this
     #: (a limit that keeps finding the same ceiling stops probing it every
     #: second); it falls back to ``hold_s`` after this long with no late work
@@ -102,11 +108,21 @@ class SlotController:
         self._late_at = -math.inf
         #: the calm after late work a rise needs
         self.calm_s = policy.hold_s
+        #: the busiest worker's share of the time, averaged over ~1 s (None: no
+        #: interval read yet)
+        self.busy: float | None = None
+        self._read_at: float | None = None
 
     def update(self, now: float, lateness: Lateness, active: int, waiting: int) -> int:
         """The limit after a reading: work finished since the last one, the
         slots in use, the requests waiting."""
         p = self.policy
+        if self._read_at is not None and now > self._read_at:
+            interval = now - self._read_at
+            share = min(1.0, lateness.busy_s / interval)
+            weight = min(1.0, interval / BUSY_AVERAGE_S)
+            self.busy = share if self.busy is None else self.busy + weight * (share - self.busy)
+        self._read_at = now
         if lateness.late:
             if now - self._cut_at >= p.hold_s:
                 cut = _clamp(min(self.limit, active) - 1, p)
@@ -124,6 +140,8 @@ class SlotController:
             and now - self._late_at >= self.calm_s
             and now - self._changed_at >= p.rise_every_s
             and self.limit < p.ceiling
+            and self.busy is not None
+            and self.busy < p.rise_below
         ):
             self.limit += 1
             self._changed_at = now

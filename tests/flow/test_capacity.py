@@ -16,6 +16,8 @@ from tests.flow.test_admission import RecordingMetrics
 POLICY = CapacityPolicy(floor=1, ceiling=6, rise_every_s=0.5, hold_s=1.0, max_calm_s=4.0)
 CALM = Lateness(finished=10, late=0)
 LATE = Lateness(finished=10, late=1)
+#: a quarter second of work in a quarter-second reading: the worker never idled
+BUSY = Lateness(finished=10, late=0, busy_s=0.25)
 
 # each step: (time, reading, slots in use, requests waiting, the limit after it)
 Step = tuple[float, Lateness, int, int, int]
@@ -33,6 +35,16 @@ Step = tuple[float, Lateness, int, int, int]
             2,
             [(0.0, CALM, 1, 0, 2), (5.0, CALM, 2, 0, 2), (9.0, CALM, 1, 3, 2)],
             id="no rise while nobody waits, or while slots are free",
+        ),
+        pytest.param(
+            2,
+            [
+                (0.0, BUSY, 2, 3, 2),
+                (0.25, BUSY, 2, 3, 2),
+                (0.5, CALM, 2, 3, 2),
+                (0.75, CALM, 2, 3, 3),
+            ],
+            id="no rise while the busiest worker is busy over rise_below of the last second",
         ),
         pytest.param(
             6,
@@ -84,6 +96,8 @@ Step = tuple[float, Lateness, int, int, int]
 )
 def test_the_limit_follows_the_engines_lateness(start: int, steps: list[Step]) -> None:
     controller = SlotController(start, POLICY)
+    # the first reading only starts the busy share's interval: it never rises
+    assert controller.update(-0.25, CALM, start, 1) == start
     for now, reading, active, waiting, expected in steps:
         assert controller.update(now, reading, active, waiting) == expected, (now, reading)
 

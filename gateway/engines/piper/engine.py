@@ -221,7 +221,13 @@ class PiperEngine(Engine):
     def take_lateness(self) -> Lateness | None:
         if self._workers is None:
             return Lateness()
-        return self._workers.acoustic.take_lateness() + self._workers.decode.take_lateness()
+        acoustic = self._workers.acoustic.take_lateness()
+        decode = self._workers.decode.take_lateness()
+        return Lateness(
+            acoustic.finished + decode.finished,
+            acoustic.late + decode.late,
+            max(acoustic.busy_s, decode.busy_s),  # the busiest worker
+        )
 
 
 class PiperStream(DeliveryStream):
