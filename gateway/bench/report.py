@@ -16,11 +16,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-#: the command of the committed results file (``bench/results/latest.jsonl``);
-#: add ``--scenarios flush,llm,barge-in,capacity,http-load,overload`` for the
-#: gateway's load scenarios, which the section then shows too
+#: the command of the committed results file (``bench/results/latest.jsonl``):
+#: the default capacity ladder, and the gateway's load scenarios, which the
+#: section shows when a run has them
 REPRODUCE = (
-    "python -m gateway bench --peer piper --peer wyoming --utterances 20 --levels 1,2,4,6,8,10"
+    "python -m gateway bench --peer piper --peer wyoming --utterances 20"
+    " --scenarios flush,llm,barge-in,capacity,http-load,overload"
     " --out bench/results/latest.jsonl --report bench/results/latest.html"
 )
 MARKDOWN_REPRODUCE = (
