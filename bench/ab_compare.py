@@ -13,12 +13,21 @@ Both commits run with this checkout's virtualenv (``sys.executable``); the
 harness starts each server from its own worktree, so each serves its own
 code.  Extra harness arguments follow ``--``; the default workload is the
 flushed-sentence scenario plus the flushed-paragraph capacity steps.
+
+``--old-env`` / ``--new-env KEY=VALUE`` (repeatable) set the environment of
+one side's runs, so one commit can be compared with two settings, e.g. fixed
+against automatic admission:
+
+    .venv/bin/python bench/ab_compare.py --old HEAD --new HEAD \
+        --old-env GATEWAY_MAX_ACTIVE_STREAMS=20 --runs 3 \
+        --out bench/results/ab_admission.jsonl -- --scenarios overload
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -51,6 +60,7 @@ def summarize(path: Path) -> dict[str, Any]:
     llm_gaps: list[float] = []
     held: int | None = None
     steps: list[dict[str, Any]] = []
+    overload: dict[str, Any] = {}
     for line in path.read_text().splitlines():
         row = json.loads(line)
         if row.get("target") != "gateway":
@@ -65,6 +75,8 @@ def summarize(path: Path) -> dict[str, Any]:
         if kind == "capacity":
             held = row["held_level"]
             steps = row["steps"]
+        if kind == "overload":
+            overload = row
     return {
         "flush_ttfa_p50_ms": flush.get("p50"),
         "flush_ttfa_p95_ms": flush.get("p95"),
@@ -75,6 +87,14 @@ def summarize(path: Path) -> dict[str, Any]:
         "llm_ttfa_first_token_p95_ms": llm.get("p95"),
         "capacity_held": held,
         "capacity_steps": steps,
+        "overload_admitted": overload.get("admitted"),
+        "overload_admitted_with_gap": overload.get("admitted_with_gap"),
+        "overload_busy": overload.get("busy"),
+        "overload_busy_answered_max_ms": (
+            overload.get("busy_answered_after_first_text_ms") or {}
+        ).get("max"),
+        "overload_other_errors": overload.get("other_errors"),
+        "overload_rss_mib": overload.get("rss_mib"),
     }
 
 
@@ -84,11 +104,23 @@ def main() -> None:
     parser.add_argument("--new", default="HEAD", help="the commit with the change")
     parser.add_argument("--runs", type=int, default=3, help="runs of each commit")
     parser.add_argument("--out", type=Path, default=Path("bench/results/ab_compare.jsonl"))
+    for label in ("old", "new"):
+        parser.add_argument(
+            f"--{label}-env",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"environment of the {label} side's runs (repeatable)",
+        )
     parser.add_argument("bench", nargs="*", help="harness arguments (after --)")
     args = parser.parse_args()
     bench_args = args.bench or DEFAULT_BENCH
     repo = Path(git("rev-parse", "--show-toplevel"))
     commits = {"old": git("rev-parse", args.old), "new": git("rev-parse", args.new)}
+    envs = {
+        label: dict(item.split("=", 1) for item in getattr(args, f"{label}_env"))
+        for label in commits
+    }
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ab-compare-") as tmp:
         trees = {}
@@ -102,8 +134,15 @@ def main() -> None:
                     out = Path(tmp) / f"{label}-{run}.jsonl"
                     command = [sys.executable, "-m", "gateway", "bench", *bench_args]
                     command += ["--out", str(out), "--report", str(out.with_suffix(".html"))]
-                    subprocess.run(command, cwd=trees[label], check=True)
-                    row = {"kind": "ab_run", "label": label, "commit": commits[label], "run": run}
+                    env = {**os.environ, **envs[label]}
+                    subprocess.run(command, cwd=trees[label], check=True, env=env)
+                    row = {
+                        "kind": "ab_run",
+                        "label": label,
+                        "commit": commits[label],
+                        "env": envs[label],
+                        "run": run,
+                    }
                     row.update(summarize(out))
                     rows.append(row)
                     print(json.dumps(row), flush=True)
@@ -113,7 +152,7 @@ def main() -> None:
     closing: dict[str, Any] = {"kind": "ab_median", "bench_args": bench_args}
     for label in ("old", "new"):
         mine = [r for r in rows if r["label"] == label]
-        closing[label] = {"commit": commits[label]}
+        closing[label] = {"commit": commits[label], "env": envs[label]}
         for key in mine[0]:
             values = [r[key] for r in mine]
             if key != "run" and all(isinstance(v, int | float) for v in values):

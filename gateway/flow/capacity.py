@@ -15,25 +15,26 @@ reports ``Engine.take_lateness``: Piper).  Two parts:
   LLM-paced conversations where the probe measured 7.4 (``docs/benchmarks.md``,
   "Automatic admission").
 * **Following the load** (``SlotController``): every ``TICK_S`` the engine
-  says how much of its work finished late after waiting behind other work.
-  Late work means the admitted streams are more than the machine serves: the
-  limit drops to one below the streams in progress (no stream is stopped; the
-  next grant waits until one ends), and is cut again at most every ``hold_s``
-  (a cut takes effect only as streams end).  While requests
-  wait, every slot is taken, nothing ran late for the calm (``hold_s``,
-  doubled by each cut up to ``max_calm_s``, back to ``hold_s`` after
-  ``max_calm_s`` with no late work) and the engine's busiest worker is busy
-  less than ``rise_below`` of the time, the limit rises by one every
-  ``rise_every_s``: the machine's speed varies (a
-  phase of this 2-core VM is 2x slower than another), so the limit is found
-  again rather than fixed at start.  The limit stays within ``[floor,
+  says how much of its work finished late after waiting behind other work,
+  and how busy its busiest worker was.  Late work means the admitted streams
+  are more than the machine serves: the limit drops to one below the streams
+  in progress (no stream is stopped; the next grant waits until one ends),
+  cut again at most every ``hold_s`` (a cut takes effect only as streams
+  end).  The limit rises by one every ``rise_every_s`` while requests wait,
+  every slot is taken, nothing ran late for the calm (``hold_s``, doubled by
+  each cut up to ``max_calm_s``, back to ``hold_s`` after ``max_calm_s`` with
+  no late work) and the busiest worker is busy less than ``rise_below`` of
+  the time (late work shows only once the streams that cause it speak, so a
+  rise needs room as well as calm).  The machine's speed varies (one phase
+  of the 2-core reference VM is twice as slow as another), so the limit is
+  found again rather than fixed at start.  It stays within ``[floor,
   ceiling]``; an idle server keeps its limit.
 
 The controller is pure (the caller passes ``now`` and the readings),
 table-tested in ``tests/flow/test_capacity.py``; ``follow`` is the thin loop
 that feeds it and applies its limit to the ``AdmissionGate``.  The start's
 measurement and the engine's readings are the app's to wire
-(``gateway.state.automatic_admission``).
+(``GatewayState.start_automatic_admission``).
 """
 
 from __future__ import annotations
