@@ -80,8 +80,9 @@ class CapacityPolicy:
     #: streams end); and, at first, the calm after late work a rise needs
     hold_s: float = 1.0
     #: no rise while the busiest worker is busier than this (its share of the
-    #: time, averaged over about a second): room is needed for one more stream,
-    #: and late work shows only after the streams that cause it speak
+    #: time in the last reading, or averaged over about a second, whichever is
+    #: higher): room is needed for one more stream, and late work shows only
+    #: after the streams that cause it speak
     rise_below: float = 0.7
     #: each cut doubles the calm a rise needs after late work, up to this
     #: (a limit that keeps finding the same ceiling stops probing it every
@@ -109,9 +110,11 @@ class SlotController:
         self._late_at = -math.inf
         #: the calm after late work a rise needs
         self.calm_s = policy.hold_s
-        #: the busiest worker's share of the time, averaged over ~1 s (None: no
-        #: interval read yet)
+        #: the busiest worker's share of the time: the last interval's or its
+        #: average over ~1 s, whichever is higher (None: no interval read yet),
+        #: so a burst that has just begun holds a rise as soon as it shows
         self.busy: float | None = None
+        self._average: float | None = None
         self._read_at: float | None = None
 
     def update(self, now: float, lateness: Lateness, active: int, waiting: int) -> int:
@@ -122,7 +125,9 @@ class SlotController:
             interval = now - self._read_at
             share = min(1.0, lateness.busy_s / interval)
             weight = min(1.0, interval / BUSY_AVERAGE_S)
-            self.busy = share if self.busy is None else self.busy + weight * (share - self.busy)
+            average = self._average
+            self._average = share if average is None else average + weight * (share - average)
+            self.busy = max(share, self._average)
         self._read_at = now
         if lateness.late:
             if now - self._cut_at >= p.hold_s:

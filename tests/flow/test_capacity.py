@@ -47,6 +47,16 @@ Step = tuple[float, Lateness, int, int, int]
             id="no rise while the busiest worker is busy over rise_below of the last second",
         ),
         pytest.param(
+            2,
+            [
+                (0.0, CALM, 2, 3, 3),
+                (0.25, CALM, 3, 3, 3),
+                (0.5, BUSY, 3, 3, 3),
+                (0.75, CALM, 3, 3, 4),
+            ],
+            id="a busy last reading holds a rise though the average is low (a burst begins)",
+        ),
+        pytest.param(
             6,
             [(0.0, CALM, 6, 9, 6)],
             id="never above the ceiling",
