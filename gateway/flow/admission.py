@@ -286,6 +286,10 @@ class AdmissionGate:
         return self.queue.active
 
     @property
+    def depth(self) -> int:
+        return self.queue.depth
+
+    @property
     def per_holder(self) -> int | None:
         return self.queue.per_holder
 

@@ -169,14 +169,14 @@ async def follow(
         if lateness is None:
             continue
         before = controller.limit
-        limit = controller.update(clock(), lateness, gate.active, gate.queue.depth)
+        limit = controller.update(clock(), lateness, gate.active, gate.depth)
         if limit != before:
             log.info(
                 "admission limit %d -> %d (%d streaming, %d waiting, %d of %d items late)",
                 before,
                 limit,
                 gate.active,
-                gate.queue.depth,
+                gate.depth,
                 lateness.late,
                 lateness.finished,
             )

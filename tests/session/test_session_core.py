@@ -652,45 +652,44 @@ async def test_a_failed_segment_is_an_error_beside_its_audio_done(
     assert not error.fatal and done.error and done.total_bytes == sent_bytes
 
 
-async def test_an_engine_refusal_reaches_the_client_with_the_engine_code() -> None:
+async def _spoken_by_faulty_engine(text: str) -> list[Any]:
+    """What a session sends for one utterance of ``text`` on ``FaultyEngine``."""
     h = Harness(engine=FaultyEngine)
     try:
         h.handle(CONFIG)
-        h.handle(protocol.InputText(text="Please refuse this. Then speak this."))
+        h.handle(protocol.InputText(text=text))
         h.handle(protocol.InputDone())
         await h.out.wait_for(protocol.SessionDone)
-        kinds = [type(e).__name__ for e in h.out.events]
-        assert kinds == [
-            "AudioStart",
-            "Error",
-            "AudioDone",
-            "AudioStart",
-            "AudioDone",
-            "SessionDone",
-        ]
-        error = h.out.events[1]
-        assert isinstance(error, protocol.Error) and error.code == ErrorCode.ENGINE_REFUSED
-        assert "the reference audio cannot be read" in error.message
-        assert h.out.events[2].error is True  # type: ignore[union-attr]
-        done = h.out.events[-1]
-        assert isinstance(done, protocol.SessionDone) and done.total_sentences == 2
+        return list(h.out.events)
     finally:
         await h.session.shutdown()
+
+
+async def test_an_engine_refusal_reaches_the_client_with_the_engine_code() -> None:
+    events = await _spoken_by_faulty_engine("Please refuse this. Then speak this.")
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == [
+        "AudioStart",
+        "Error",
+        "AudioDone",
+        "AudioStart",
+        "AudioDone",
+        "SessionDone",
+    ]
+    error = events[1]
+    assert isinstance(error, protocol.Error) and error.code == ErrorCode.ENGINE_REFUSED
+    assert "the reference audio cannot be read" in error.message
+    assert events[2].error is True
+    done = events[-1]
+    assert isinstance(done, protocol.SessionDone) and done.total_sentences == 2
 
 
 async def test_a_models_exception_text_never_reaches_the_client() -> None:
     """A model that raises mid-segment: the client hears which segment failed
     and the exception's type, never its text (paths, addresses)."""
-    h = Harness(engine=FaultyEngine)
-    try:
-        h.handle(CONFIG)
-        h.handle(protocol.InputText(text="Now crash here. Then speak this."))
-        h.handle(protocol.InputDone())
-        await h.out.wait_for(protocol.SessionDone)
-        (error,) = [e for e in h.out.events if isinstance(e, protocol.Error)]
-        assert error.code == ErrorCode.INTERNAL and "RuntimeError" in error.message
-        assert CRASH_TEXT not in error.message and "/srv" not in error.message
-        done = h.out.events[-1]
-        assert isinstance(done, protocol.SessionDone) and done.total_sentences == 2
-    finally:
-        await h.session.shutdown()
+    events = await _spoken_by_faulty_engine("Now crash here. Then speak this.")
+    (error,) = [e for e in events if isinstance(e, protocol.Error)]
+    assert error.code == ErrorCode.INTERNAL and "RuntimeError" in error.message
+    assert CRASH_TEXT not in error.message and "/srv" not in error.message
+    done = events[-1]
+    assert isinstance(done, protocol.SessionDone) and done.total_sentences == 2
