@@ -198,10 +198,27 @@ def vllm_server(
     started = time.monotonic()
     server.start()
     print(f"vLLM healthy after {time.monotonic() - started:.1f} s")
+    _SERVERS.append(server)
     try:
         yield server
     finally:
+        _SERVERS.remove(server)
         server.stop()
+
+
+#: the vLLM servers running (for ``pytest_runtest_makereport``)
+_SERVERS: list[VllmServer] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report carries the tail of vLLM's log (what the server
+    said while the test ran: a CI failure is read from the report alone)."""
+    report = yield
+    if report.failed:
+        for server in _SERVERS:
+            report.sections.append((f"vLLM log ({server.log.name}, tail)", server.output(6000)))
+    return report
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -236,6 +253,15 @@ def snac_model(snac_folder: Path) -> torch.nn.Module:
     return load_snac_24khz(snac_folder)
 
 
+#: the waits for a first and a next token.  The defaults (10 s) are right for
+#: a served model; here vLLM and the gateway share two loaded cores, and one CI
+#: run saw all three streams of a test fall silent together for 10 s after
+#: their first frame (a stall of one of the two processes, not a gateway fault
+#: these tests look for: a dead replica has its own test), which failed that
+#: test and, through the ejection it caused, the next.
+TOKEN_TIMEOUT_S = 60.0
+
+
 def orpheus_section(vllm: VllmServer, snac: Path, **overrides: Any) -> dict[str, Any]:
     """``[orpheus]`` for the fixture's vLLM, the tiny model's tokenizer and ``snac``."""
     return {
@@ -244,6 +270,8 @@ def orpheus_section(vllm: VllmServer, snac: Path, **overrides: Any) -> dict[str,
         "tokenizer": str(vllm.model_folder),
         "snac": str(snac),
         "probe_interval_s": 0.5,
+        "first_byte_timeout_s": TOKEN_TIMEOUT_S,
+        "read_timeout_s": TOKEN_TIMEOUT_S,
         **overrides,
     }
 
