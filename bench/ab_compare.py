@@ -54,13 +54,15 @@ def git(*args: str, cwd: Path | None = None) -> str:
 
 
 def summarize(path: Path) -> dict[str, Any]:
-    """The figures compared: flush time to first audio and capacity."""
+    """The figures compared: flush and llm time to first audio, capacity,
+    overload, and per http-load level its TTFP and failed requests."""
     flush: dict[str, Any] = {}
     llm: dict[str, Any] = {}
     llm_gaps: list[float] = []
     held: int | None = None
     steps: list[dict[str, Any]] = []
     overload: dict[str, Any] = {}
+    http: dict[str, Any] = {}
     for line in path.read_text().splitlines():
         row = json.loads(line)
         if row.get("target") != "gateway":
@@ -77,6 +79,11 @@ def summarize(path: Path) -> dict[str, Any]:
             steps = row["steps"]
         if kind == "overload":
             overload = row
+        if kind == "http_load":
+            level = f"http_x{row['level']}"
+            http[f"{level}_ttfp_p50_ms"] = row["ttfp_ms"].get("p50")
+            http[f"{level}_ttfp_p99_ms"] = row["ttfp_ms"].get("p99")
+            http[f"{level}_failed"] = row["failed"]
     return {
         "flush_ttfa_p50_ms": flush.get("p50"),
         "flush_ttfa_p95_ms": flush.get("p95"),
@@ -95,6 +102,7 @@ def summarize(path: Path) -> dict[str, Any]:
         ).get("max"),
         "overload_other_errors": overload.get("other_errors"),
         "overload_rss_mib": overload.get("rss_mib"),
+        **http,
     }
 
 

@@ -287,3 +287,34 @@ def test_scheduling_serves_audio_already_playing_before_a_new_utterance() -> Non
     nxt = _job(now + 4.0, first=False)
     assert nxt.head_due() == now + 4.0 - ACOUSTIC_LEAD_S
     assert nxt.chunk_due(0, plan_chunks(50, [16], 11)[0]) == now + 4.0
+
+
+def test_http_chunks_keep_their_lead_behind_live_audio() -> None:
+    """A stream without first-audio priority (HTTP, deadline
+    ``http_deadline_offset_s`` ahead) keeps that lead after its first chunk:
+    a response that started earlier and runs ahead of real time is due after
+    a new response's first chunk, and a live stream's chunk playing now is
+    due before both.  A live stream's audio counts from its first chunk."""
+    from gateway.vocoders.stateful import plan_chunks
+
+    now, offset = 100.0, 2.0
+    frames_per_s = 22050 / 256
+    running = _job(now - 1.0 + offset, first=False)  # submitted 1 s ago
+    running._windows = plan_chunks(800, [16, 32, 64], 11)
+    running._audio_base = running._first_audio_at(now - 0.9)  # first chunk 0.9 s ago
+    assert running._audio_base == now - 1.0 + offset
+    # it has decoded 2 s of audio (twice real time): its next chunk is due
+    # after the new one's first (counted from its first chunk, it would be due
+    # 0.9 s before it)
+    ahead = next(i for i, w in enumerate(running._windows) if w.start >= 2 * frames_per_s)
+    new = _job(now + offset, first=False)
+    new._windows = plan_chunks(400, [16, 32, 64], 11)
+    assert new.chunk_due(0, new._windows[0]) == now + offset
+    assert running.chunk_due(ahead, running._windows[ahead]) > new.chunk_due(0, new._windows[0])
+    # a first chunk decoded after the deadline counts from when it was decoded
+    assert new._first_audio_at(now + offset + 0.5) == now + offset + 0.5
+    # a live stream's first chunk starts its listener's clock at once
+    live = _job(now - 0.2, first=True)
+    assert live._first_audio_at(now) == now
+    live._audio_base = now
+    assert live.chunk_due(1, plan_chunks(400, [16, 32], 11)[1]) < now + offset

@@ -289,7 +289,7 @@ class PiperSegment:
             self._next_chunk = index + 1
         if index == 0:
             if not self.job.cancelled:
-                self._audio_base = time.monotonic()
+                self._audio_base = self._first_audio_at(time.monotonic())
             with self._lock:
                 rest, self._flow_rest = self._flow_rest, None
             if rest is not None:
@@ -315,6 +315,19 @@ class PiperSegment:
         deadline."""
         base = self._audio_base if self._audio_base is not None else self.deadline
         return base + frame * self.voice.hop_length / self.voice.sample_rate
+
+    def _first_audio_at(self, decoded: float) -> float:
+        """Where the segment's audio starts on the schedule, its first chunk
+        decoded at ``decoded``.  A live stream's listener hears it from then
+        on.  A stream without first-audio priority (HTTP) has a deadline
+        ``http_deadline_offset_s`` ahead and keeps that lead for its later
+        chunks too (they are due as if its listener were that far behind):
+        otherwise, from its second chunk on, a response running faster than
+        real time would be due before a new response's first chunk and a
+        conversation's next chunk alike."""
+        if self.job.request.first_audio_priority:
+            return decoded
+        return max(decoded, self.deadline)
 
     def head_due(self) -> float:
         """The acoustic head: a new utterance's first audio may wait
