@@ -162,8 +162,9 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     #: a request waits in the admission queue (batch items wait as long as
     #: needed), refused with ``busy`` past ``admission_deadline_s``.  A
     #: response whose client stops reading is abandoned after
-    #: ``stall_timeout_s``, like a WebSocket
-    max_http_streams: int = 8
+    #: ``stall_timeout_s``, like a WebSocket.  16: vllm-omni's serving
+    #: benchmark at concurrency 16 runs without queueing (docs/configuration.md)
+    max_http_streams: int = 16
     #: HTTP jobs are scheduled as if their audio were needed this much later
     #: than a live WebSocket stream's, so conversations are served first
     http_deadline_offset_s: float = 2.0
