@@ -230,7 +230,9 @@ def test_model_cache_reextracts_on_mismatch(tmp_path: Path) -> None:
     assert repaired.decoder.stat().st_size > 1000  # re-extracted
 
 
-def _job(deadline: float, first: bool) -> Any:
+def _job(deadline: float, first: bool, live: bool = True) -> Any:
+    """A Piper segment: ``first`` in its utterance, or a later one; of a
+    ``live`` stream (first-audio priority: a conversation), or not (HTTP)."""
     from gateway.engines.base import SegmentRequest, StreamRequest
     from gateway.engines.delivery import DeliveredJob
     from gateway.engines.piper.job import PiperSegment, Workers
@@ -240,11 +242,10 @@ def _job(deadline: float, first: bool) -> Any:
     voice = SimpleNamespace(hop_length=256, sample_rate=22050)
     loop = asyncio.new_event_loop()
     loop.close()
-    # index 0 of a stream with first-audio priority opens its utterance
     job = DeliveredJob(
         SegmentRequest("x", deadline=deadline),
-        StreamRequest("joe", first_audio_priority=first),
-        0,
+        StreamRequest("joe", first_audio_priority=live),
+        0 if first else 1,
         loop,
     )
     return PiperSegment(
@@ -289,32 +290,48 @@ def test_scheduling_serves_audio_already_playing_before_a_new_utterance() -> Non
     assert nxt.chunk_due(0, plan_chunks(50, [16], 11)[0]) == now + 4.0
 
 
-def test_http_chunks_keep_their_lead_behind_live_audio() -> None:
+def test_http_chunks_keep_their_lead_and_take_turns_when_late() -> None:
     """A stream without first-audio priority (HTTP, deadline
-    ``http_deadline_offset_s`` ahead) keeps that lead after its first chunk:
-    a response that started earlier and runs ahead of real time is due after
-    a new response's first chunk, and a live stream's chunk playing now is
-    due before both.  A live stream's audio counts from its first chunk."""
+    ``http_deadline_offset_s`` ahead) keeps that lead after its first chunk,
+    and once it runs behind its schedule its next items are due the lead
+    from when they are queued, as a new response's first chunk is: responses
+    take turns.  Live audio due sooner than the lead goes before both."""
+    import time
+
+    from gateway.engines.piper.job import ACOUSTIC_LEAD_S
     from gateway.vocoders.stateful import plan_chunks
 
-    now, offset = 100.0, 2.0
+    offset, slack = 2.0, 0.05
     frames_per_s = 22050 / 256
-    running = _job(now - 1.0 + offset, first=False)  # submitted 1 s ago
-    running._windows = plan_chunks(800, [16, 32, 64], 11)
-    running._audio_base = running._first_audio_at(now - 0.9)  # first chunk 0.9 s ago
-    assert running._audio_base == now - 1.0 + offset
-    # it has decoded 2 s of audio (twice real time): its next chunk is due
-    # after the new one's first (counted from its first chunk, it would be due
-    # 0.9 s before it)
-    ahead = next(i for i, w in enumerate(running._windows) if w.start >= 2 * frames_per_s)
-    new = _job(now + offset, first=False)
+    now = time.monotonic()
+    # a response submitted 1 s ago, its first chunk decoded 0.9 s ago: its
+    # audio counts from its deadline, not from that decode
+    running = _job(now + offset, first=True, live=False)
+    running._windows = plan_chunks(2000, [16, 32, 64], 11)
+    running._audio_base = running._first_audio_at(now - 0.9)
+    assert running._audio_base == now + offset
+    running._audio_base -= 1.0  # (as if submitted 1 s ago)
+    new = _job(time.monotonic() + offset, first=True, live=False)
     new._windows = plan_chunks(400, [16, 32, 64], 11)
-    assert new.chunk_due(0, new._windows[0]) == now + offset
-    assert running.chunk_due(ahead, running._windows[ahead]) > new.chunk_due(0, new._windows[0])
-    # a first chunk decoded after the deadline counts from when it was decoded
-    assert new._first_audio_at(now + offset + 0.5) == now + offset + 0.5
-    # a live stream's first chunk starts its listener's clock at once
-    live = _job(now - 0.2, first=True)
+    first = new.chunk_due(0, new._windows[0])
+    assert abs(first - (now + offset)) < slack
+    # 2 s of audio decoded in 1 s: its next chunk is due after the new first
+    # one (counted from its first decode it would be due 0.9 s before it)
+    ahead = next(i for i, w in enumerate(running._windows) if w.start >= 2 * frames_per_s)
+    assert running.chunk_due(ahead, running._windows[ahead]) > first + 0.5
+    # fallen 10 s behind: by its schedule it would go first; it waits its turn
+    running._audio_base = now - 10.0
+    window = running._windows[5]
+    assert running.due(window.start) < first
+    time.sleep(0.01)  # queued after the new response's first chunk
+    queued_at = time.monotonic()
+    late = running.chunk_due(5, window)
+    assert first < late and abs(late - (queued_at + offset)) < slack
+    flow = plan_flow_windows(2000, running._windows[0].win_end)
+    assert abs(running.flow_window_due(flow[2]) - (queued_at + offset - ACOUSTIC_LEAD_S)) < slack
+    # a live stream's chunk keeps its own due, and plays before both
+    live = _job(now - 1.0, first=False)
+    live._windows = running._windows
+    live._audio_base = now - 10.0
     assert live._first_audio_at(now) == now
-    live._audio_base = now
-    assert live.chunk_due(1, plan_chunks(400, [16, 32], 11)[1]) < now + offset
+    assert live.chunk_due(5, window) == live.due(window.start) < first

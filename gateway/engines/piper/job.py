@@ -82,6 +82,13 @@ class PiperSegment:
         self.stats = job.stats
         self._workers = workers
         self._deterministic = deterministic
+        #: a stream without first-audio priority (HTTP): how far ahead its
+        #: deadline was set when it was submitted (``http_deadline_offset_s``)
+        self._lead_s = (
+            None
+            if job.request.first_audio_priority
+            else max(0.0, job.segment.deadline - time.monotonic())
+        )
         self._lock = threading.Lock()
         self._run_options: ort.RunOptions | None = None
         #: the second flow window's item, queued once the first chunk is decoded
@@ -325,9 +332,22 @@ class PiperSegment:
         otherwise, from its second chunk on, a response running faster than
         real time would be due before a new response's first chunk and a
         conversation's next chunk alike."""
-        if self.job.request.first_audio_priority:
+        if self._lead_s is None:
             return decoded
         return max(decoded, self.deadline)
+
+    def _not_overdue(self, due: float, before_s: float = 0.0) -> float:
+        """``due`` for a live stream.  A stream without first-audio priority
+        (HTTP) that has fallen behind its schedule queues its next item as
+        due its lead (less ``before_s``) from now, as a new response's first
+        item is: once every response runs late, they take turns, an item
+        each, instead of the one furthest behind going first, so a new
+        response's first audio waits for one item of each other response
+        rather than for all of them.  Live audio due within the lead still
+        goes first."""
+        if self._lead_s is None:
+            return due
+        return max(due, time.monotonic() + self._lead_s - before_s)
 
     def head_due(self) -> float:
         """The acoustic head: a new utterance's first audio may wait
@@ -340,12 +360,12 @@ class PiperSegment:
     def chunk_due(self, index: int, window: ChunkWindow) -> float:
         if index == 0 and self.first_in_utterance:
             return self.head_due()  # the new utterance's first audio
-        return self.due(window.start)
+        return self._not_overdue(self.due(window.start))
 
     def flow_window_due(self, window: LatentWindow) -> float:
         """A lead before the first chunk that needs this window plays."""
         start = next((w.start for w in self._windows if w.win_end > window.start), 0)
-        return self.due(start) - ACOUSTIC_LEAD_S
+        return self._not_overdue(self.due(start) - ACOUSTIC_LEAD_S, ACOUSTIC_LEAD_S)
 
 
 class _ChunkItem(WorkItem):
