@@ -3,8 +3,9 @@
 This machine is noisy and drifts between faster and slower phases, so an
 old/new comparison is only fair when both commits are measured in the same
 minutes: this script checks each commit out into a detached git worktree,
-runs ``python -m gateway bench`` from each in turn (old, new, old, new, ...),
-and prints one JSON line per run plus a closing line with the medians.
+runs ``python -m gateway bench`` from each in turn (old, new, new, old, old,
+new, ...: the order alternates, since the second of a pair tends to measure
+slower), and prints one JSON line per run plus a closing line with the medians.
 
     .venv/bin/python bench/ab_compare.py --old 6d54e2c --new HEAD --runs 3 \
         --out bench/results/ab_compare.jsonl
@@ -138,7 +139,9 @@ def main() -> None:
             trees[label] = tree
         try:
             for run in range(args.runs):
-                for label in ("old", "new"):
+                # the order alternates: the second of a pair measured slower
+                # more often than not, whichever commit it was (round 8)
+                for label in ("old", "new") if run % 2 == 0 else ("new", "old"):
                     out = Path(tmp) / f"{label}-{run}.jsonl"
                     command = [sys.executable, "-m", "gateway", "bench", *bench_args]
                     command += ["--out", str(out), "--report", str(out.with_suffix(".html"))]
