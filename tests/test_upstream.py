@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -402,12 +405,53 @@ async def test_readyz_follows_the_probes(replicas: list[ServeProcess]) -> None:
         await wait_status(200)
 
 
-async def test_cancel_closes_the_upstream_request(replicas: list[ServeProcess]) -> None:
-    with proxies(replicas[0]) as (watched,), front([watched.url], **PASSIVE) as gw:
+class StallWatch:
+    """The longest this process went without running a 10 ms ticker thread
+    (the host's steal, a long pause of the interpreter): a stall measured
+    while a test times something voids that try, so the test tries again
+    rather than blaming the gateway for the machine."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def _tick(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(0.01):
+            now = time.monotonic()
+            self.worst = max(self.worst, now - last)
+            last = now
+
+    def __enter__(self) -> StallWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def relay_state(gw: RunningServer) -> str:
+    """Where the front's event loop and its segment tasks are, for a failure's
+    message."""
+    frame = sys._current_frames().get(gw.thread.ident or 0)
+    lines = ["front's thread:", *(traceback.format_stack(frame)[-6:] if frame else ["gone"])]
+    for task in list(engine_of(gw).tasks):
+        lines.append(f"task {task.get_name()} done={task.done()}:")
+        lines += [f"  {f.f_code.co_filename}:{f.f_lineno}" for f in task.get_stack()]
+    return "\n".join(lines)
+
+
+async def cancel_and_time_the_close(replica: ServeProcess) -> tuple[float, str]:
+    """Seconds from a cancel to the front closing its upstream connection
+    (inf: still open 5 s after), and the front's state for a message."""
+    with proxies(replica) as (watched,), front([watched.url], **PASSIVE) as gw:
         # the replica's response stops after about 0.6 s of audio and stays
         # open, so it is surely still streaming when the cancel comes (a fast
         # replica could otherwise have sent it all, leaving an idle keep-alive
-        # connection that a cancel has no reason to close)
+        # connection that a cancel has no reason to close); nothing else
+        # closes it for read_timeout_s (10 s)
         watched.faults = Faults(stall_after=30_000)
         async with await open_ws(gw.ws_url) as ws:
             await ws.recv()
@@ -423,11 +467,24 @@ async def test_cancel_closes_the_upstream_request(replicas: list[ServeProcess]) 
             cancelled = time.monotonic()
             await send(ws, type="cancel")
             await recv_until(ws, t)
-            async with asyncio.timeout(2):
-                while conn.closed_by_client is None:
-                    await asyncio.sleep(0.005)
-            assert conn.closed_by_client - cancelled < 0.1
             assert t.of("audio.cancelled")
+            with suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    while conn.closed_by_client is None:
+                        await asyncio.sleep(0.005)
+            if conn.closed_by_client is None:
+                return math.inf, relay_state(gw)
+            return conn.closed_by_client - cancelled, relay_state(gw)
+
+
+async def test_cancel_closes_the_upstream_request(replicas: list[ServeProcess]) -> None:
+    for _ in range(3):
+        with StallWatch() as watch:
+            took, state = await cancel_and_time_the_close(replicas[0])
+        if watch.worst < 0.5:
+            break
+    assert watch.worst < 0.5, f"this machine stalled for {watch.worst:.2f} s in every try"
+    assert took < 0.1, f"the upstream connection closed {took:.3f} s after the cancel\n{state}"
 
 
 async def test_a_slow_upstream_never_blocks_other_sessions(replicas: list[ServeProcess]) -> None:
