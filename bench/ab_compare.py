@@ -101,6 +101,9 @@ def summarize(path: Path) -> dict[str, Any]:
         "overload_busy_answered_max_ms": (
             overload.get("busy_answered_after_first_text_ms") or {}
         ).get("max"),
+        "overload_busy_queue_waited_max_ms": (overload.get("busy_queue_waited_ms") or {}).get(
+            "max"
+        ),
         "overload_other_errors": overload.get("other_errors"),
         "overload_rss_mib": overload.get("rss_mib"),
         **http,

@@ -196,6 +196,7 @@ class GatewayError(Exception):
         *,
         param: str | None = None,
         retry_after_s: float | None = None,
+        waited_s: float | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -203,6 +204,9 @@ class GatewayError(Exception):
         self.param = param
         #: a ``busy`` refusal's retry advice (``retry_after_ms``, ``Retry-After``)
         self.retry_after_s = retry_after_s
+        #: a ``busy`` refusal that came after waiting in the admission queue:
+        #: how long it waited (``waited_ms``)
+        self.waited_s = waited_s
 
 
 class SettingsError(ValueError):

@@ -19,7 +19,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from gateway.errors import ErrorCode, GatewayError
 
-PROTOCOL_VERSION = "1.3.0"
+PROTOCOL_VERSION = "1.4.0"
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "mulaw", "alaw"]
 ResponseFormat = Literal["wav", "pcm"]
@@ -364,6 +364,10 @@ class Error(_Message, tag="error", kw_only=True):
     #: refused a stream slot (protocol 1.3) or a sentence no engine server
     #: could take now (HTTP's ``Retry-After``)
     retry_after_ms: int | None = None
+    #: on ``busy`` for an utterance that waited in the admission queue and
+    #: was refused (the deadline passed, the server began draining): how
+    #: long it waited, from its first committed text (protocol 1.4)
+    waited_ms: int | None = None
 
 
 ServerMessage = (

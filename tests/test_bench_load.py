@@ -1,12 +1,17 @@
-"""The load scenarios' pure parts (gateway.bench.load, gateway.bench.runner);
-their runs against a server are the harness's (docs/benchmarks.md)."""
+"""The load scenarios (gateway.bench.load, gateway.bench.runner): their pure
+parts, and what the overload scenario reports of a real server's refusals
+(full runs are the harness's: docs/benchmarks.md)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
+from gateway.bench import load
+from gateway.bench.drivers import Pacing
 from gateway.bench.load import rss_mib, vllm_omni_payload
 from gateway.bench.runner import DEFAULT_SCENARIOS, SCENARIOS, ServerUnderTest, parse_args
+from tests.conftest import RunningServer
 
 
 def test_the_payload_is_vllm_omnis_benchmark_payload() -> None:
@@ -40,3 +45,31 @@ def test_rss_of_this_process() -> None:
     rss = rss_mib(os.getpid())
     assert rss is not None and rss > 10
     assert rss_mib(None) is None
+
+
+async def test_overload_reports_how_long_each_refusal_waited_in_the_queue(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    """Three replies at once for one slot: one is spoken, the other two wait
+    out the admission deadline and are refused with retry advice, and the
+    scenario reports the server's own count of each one's wait (protocol
+    1.4's ``waited_ms``), which the deadline bounds."""
+    server = server_factory(max_active_streams=1, admission_deadline_s=0.3)
+    lines = await load.overload(
+        server.ws_url,
+        sessions=3,
+        arrival_s=0.0,
+        addresses=1,
+        pacing=Pacing(streamed=False),
+        seed=3,
+        prebuffer_ms=0.0,
+        server_pid=None,
+        settle_s=0.0,
+    )
+    summary = lines[-1]
+    assert summary["kind"] == "overload"
+    assert (summary["admitted"], summary["busy"], summary["busy_with_retry_advice"]) == (1, 2, 2)
+    assert summary["busy_refused_at_once"] == 0 and summary["other_errors"] == []
+    refused = [line for line in lines if line["kind"] == "overload_session" and line["busy"]]
+    assert all(300 <= line["queue_waited_ms"] < 3000 for line in refused)
+    assert summary["busy_queue_waited_ms"]["n"] == 2

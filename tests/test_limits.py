@@ -121,6 +121,7 @@ async def test_an_utterance_past_the_deadline_is_busy_with_retry_advice(
         await send(b, type="input.done")
         error = await _busy(b)
         assert error["retry_after_ms"] == 1000 and "within 0.3 s" in str(error["message"])
+        assert 300 <= error["waited_ms"] < 3000  # it waited for the deadline, then was told
         t = await recv_until(b, Transcript(), limit_s=10)
         (cancelled,) = t.of("audio.cancelled")
         assert cancelled["unspoken_text"] == "No room for me." and cancelled["spoken_text"] == ""
@@ -137,6 +138,7 @@ async def test_without_a_queue_text_beyond_the_slots_is_refused(
         await send(b, type="input.text", text="No room for me.")
         error = await _busy(b)
         assert "not accepted" in str(error["message"]) and error["retry_after_ms"] == 3000
+        assert error.get("waited_ms") is None  # refused at once
         await release()  # the first session cancels; then the second may speak
         await send(b, type="input.text", text="Now there is room.")
         await send(b, type="input.done")

@@ -88,6 +88,9 @@ class Record:
     error_at: float | None = None  #: when the (first) error event arrived
     #: a ``busy`` refusal's retry advice (the overload scenario)
     retry_after_ms: int | None = None
+    #: how long a ``busy`` refusal waited in the server's admission queue
+    #: (protocol 1.4; None: refused at once, or an older server)
+    waited_ms: int | None = None
 
     def pieces(self) -> list[Piece]:
         if self.ready_at is not None:
@@ -132,6 +135,7 @@ class Record:
                 busy=bool(self.error and self.error.startswith("busy")),
                 retry_after_ms=self.retry_after_ms,
                 answered_after_first_text_ms=ms(self.error_at, first_send),
+                queue_waited_ms=self.waited_ms,
             )
         if self.scenario == "barge-in":
             out.update(
@@ -276,6 +280,7 @@ class GatewayUser:
                             if record.error is None:
                                 record.error_at = time.perf_counter()
                                 record.retry_after_ms = event.retry_after_ms
+                                record.waited_ms = event.waited_ms
                             record.error = f"{event.code}: {event.message}"
                             if event.fatal:
                                 break

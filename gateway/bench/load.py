@@ -213,6 +213,10 @@ async def overload(
             "busy_answered_after_first_text_ms": summarize(
                 m["answered_after_first_text_ms"] for m in busy
             ),
+            # the server's own count, from the refused text's commit (its
+            # first cut): what the queue deadline bounds
+            "busy_queue_waited_ms": summarize(m.get("queue_waited_ms") for m in busy),
+            "busy_refused_at_once": sum(1 for m in busy if m.get("queue_waited_ms") is None),
             "other_errors": sorted({str(m["error"])[:120] for m in other}),
             "rss_mib": {
                 "idle_before": rss_idle,

@@ -77,11 +77,18 @@ def load_sentences(lines: Sequence[dict[str, Any]]) -> list[str]:
         )
     for over in (line for line in lines if line["kind"] == "overload"):
         busy_ms = over["busy_answered_after_first_text_ms"]
+        waited = over.get("busy_queue_waited_ms")  # servers of protocol 1.4 on
+        queue = (
+            ""
+            if waited is None
+            else f" from the first token; at most {_fmt(waited['max'])} ms in the admission"
+            f" queue, {over['busy_refused_at_once']} refused at once"
+        )
         out.append(
             f"overload {over['level']} sessions: {over['admitted']} admitted"
             f" ({over['admitted_with_gap']} with a gap), {over['busy']} busy"
             f" ({over['busy_with_retry_advice']} with retry advice, answered by"
-            f" {_fmt(busy_ms['max'])} ms), other errors {over['other_errors']}; RSS MiB"
+            f" {_fmt(busy_ms['max'])} ms{queue}), other errors {over['other_errors']}; RSS MiB"
             f" {over['rss_mib']}"
         )
     return out

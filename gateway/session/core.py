@@ -332,6 +332,7 @@ class Session:
                 retry_after_ms=(
                     None if error.retry_after_s is None else round(error.retry_after_s * 1000)
                 ),
+                waited_ms=None if error.waited_s is None else round(error.waited_s * 1000),
             )
         ]
         if fatal:
@@ -568,7 +569,9 @@ class Session:
         if refusal is not None:
             raise self._busy(refusal, what)
 
-    def _busy(self, refusal: str, what: str) -> GatewayError:
+    def _busy(self, refusal: str, what: str, waited_s: float | None = None) -> GatewayError:
+        """The ``busy`` error of a ``refusal``; ``waited_s``: the time a
+        refused utterance waited in the queue first."""
         retry = self.admission.queue.retry_after_s
         if refusal == "share":
             return GatewayError(
@@ -581,6 +584,7 @@ class Session:
                 ErrorCode.BUSY,
                 f"the server is draining (shutting down); {what}, reconnect to another server",
                 retry_after_s=retry,
+                waited_s=waited_s,
             )
         if refusal == "deadline":
             return GatewayError(
@@ -588,6 +592,7 @@ class Session:
                 f"no stream slot came free within {self.admission.queue.deadline_s:g} s"
                 f" (all {self.admission.limit} in use); {what}, retry after retry_after_ms",
                 retry_after_s=retry,
+                waited_s=waited_s,
             )
         return GatewayError(
             ErrorCode.BUSY,
@@ -635,7 +640,7 @@ class Session:
             return []
         del self._tickets[utt]
         assert ticket.refusal is not None
-        error = self._busy(ticket.refusal, "this utterance was not spoken")
+        error = self._busy(ticket.refusal, "this utterance was not spoken", ticket.waited_s)
         return [*self.report_error(error, ctx.id), *self._cancel_utterances(ctx, [utt])]
 
     def _release_slot(self, utt: Utterance) -> None:

@@ -294,6 +294,7 @@ async def test_a_commit_that_waits_past_the_deadline_is_busy_and_reported() -> N
         error = actions[0]
         assert error.code == ErrorCode.BUSY and not error.fatal and error.context_id == "b"
         assert error.retry_after_ms == 1000 and "within 0.1 s" in error.message
+        assert error.waited_ms is not None and 100 <= error.waited_ms < 1000  # the deadline
         assert actions[1].unspoken_text == "Never gets one." and actions[1].spoken_text == ""
         assert actions[2].cancelled
         assert h.admission.queue.depth == 0 and h.admission.active == 1
