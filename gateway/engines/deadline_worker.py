@@ -10,8 +10,9 @@ through ``delivery.DeliveredJob``, which the items call.
 Batch size 1 costs no latency: an item runs as soon as the thread is free, it
 never waits to fill a batch.  (A batched carried-state vocoder step exists,
 ``stateful.push_batch``, exact, and measured 6-31% less CPU than one push
-each for 2 to 8 streams on the 2-core CPU, none at 16; it is not wired in
-here yet: docs/engine.md, "Batched carried-state steps".)
+each for 2 to 8 streams on the 2-core CPU, none at 16; wired in here in
+round 9, it bought no capacity on that CPU and was not landed:
+docs/engine.md, "Batched carried-state steps".)
 
 Lateness, the admission's load signal (``gateway.flow.capacity``): an item
 that finished after it was due *and* had waited in the queue behind other

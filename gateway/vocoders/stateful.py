@@ -33,7 +33,8 @@ can run one step together: their state tensors are stacked on the batch
 dimension, the layers run once, and each stream takes its row of the new
 state back.  The result is bit-identical to pushing each stream alone
 (tested); what it saves on the CPU is measured in ``bench/vocoder_batch.py``
-(docs/engine.md).  The decode worker does not use it yet.
+(docs/engine.md).  The decode worker does not use it: wired in and measured
+in round 9, it bought no capacity on the 2-core CPU (docs/engine.md).
 
 Bounded shapes: oneDNN compiles (JIT) one primitive per convolution shape and
 keeps it in a process-wide cache (1,024 entries by default, LRU).  The latent
