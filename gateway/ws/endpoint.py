@@ -11,6 +11,7 @@ It never waits on synthesis.  Everything about state lives in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -179,9 +180,30 @@ class Connection:
             try:
                 await self._answer(request)
             except ConnectionGone:
+                # the rest can never be answered: drop them, so a reader
+                # waiting for them (``receive``: a ``session.config``) goes on,
+                # meets the closed connection and ends the session
+                self._drop_voice_requests()
                 return
+            except Exception:  # a bug answering one request: the next ones still are
+                self.session.log.exception("answering a voice request failed")
+                error = GatewayError(ErrorCode.INTERNAL, "the voice request failed; retry")
+                with contextlib.suppress(ConnectionGone):
+                    await self.perform(
+                        self.session.report_error(
+                            error, request_id=request.request_id, may_be_fatal=False
+                        )
+                    )
             finally:
                 self._voice_requests.task_done()
+
+    def _drop_voice_requests(self) -> None:
+        while True:
+            try:
+                self._voice_requests.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            self._voice_requests.task_done()
 
     async def _answer(self, request: VoiceRequest) -> None:
         try:

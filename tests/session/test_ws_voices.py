@@ -4,6 +4,7 @@ same store seen from the HTTP API."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Callable
@@ -14,6 +15,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection
 
+from gateway import protocol
+from gateway.session.voice_requests import VoiceDesk, VoiceRequest
 from tests.conftest import RunningServer
 from tests.helpers import open_ws, send
 from tests.http.test_http_voices import tone
@@ -270,3 +273,45 @@ async def test_session_config_resolves_aliases_and_refuses_uploaded_voices(
         assert error["fatal"] is False  # a config had been accepted
         error = await _ask(ws, type="session.config", speaker="nobody")
         assert error["code"] == "unknown_voice" and "joe" in error["message"]
+
+
+async def test_a_client_gone_with_voice_requests_waiting_ends_its_session(
+    server: RunningServer,
+) -> None:
+    """Voice requests queued, then a ``session.config`` (which waits for their
+    answers), then the client vanishes: the answers cannot be sent, and the
+    session still ends at once (its slot and per-address count freed)
+    rather than waiting forever for answers that will never go out."""
+    for _ in range(3):  # the race is the client's: try it a few times
+        ws = await _session(server)
+        for i in range(4):
+            await send(ws, type="voice.list", request_id=i)
+        await send(ws, type="session.config", response_format="pcm")
+        ws.transport.abort()
+        async with asyncio.timeout(5):
+            while server.state.sessions:
+                await asyncio.sleep(0.02)
+
+
+async def test_a_failing_voice_request_is_reported_and_the_next_answered(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug answering one voice request (here: listing raises) is that
+    request's ``internal`` error; the session and the requests behind it go on."""
+    real = VoiceDesk.answer
+    failed: list[int] = []
+
+    async def answer(self: VoiceDesk, message: VoiceRequest) -> Any:
+        if isinstance(message, protocol.VoiceList) and not failed:
+            failed.append(1)
+            raise RuntimeError("a bug")
+        return await real(self, message)
+
+    monkeypatch.setattr(VoiceDesk, "answer", answer)
+    ws = await _session(server)
+    error = await _ask(ws, type="voice.list", request_id="first")
+    assert error["type"] == "error" and error["code"] == "internal"
+    assert error["request_id"] == "first" and not error["fatal"]
+    assert "a bug" not in error["message"]  # no internal detail
+    _listed(await _ask(ws, type="voice.list", request_id="second"))
+    await ws.close()
