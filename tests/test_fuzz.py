@@ -222,7 +222,14 @@ async def _back_to_baseline(server: RunningServer, engine: Engine, tasks: float)
             for x in server.state.live_sessions
             if isinstance(x, Connection)
         ]
-        raise AssertionError(f"(sessions, streams, jobs, tasks) = {state()}; {stuck}") from None
+        # the engine is shared with other modules' servers: name the jobs, so a
+        # job leaked elsewhere points at its test
+        live = getattr(engine, "_live", None)
+        left = live.snapshot() if live is not None else []
+        jobs = [(j.request.label, j.text[:40], j.cancelled) for j in left]
+        raise AssertionError(
+            f"(sessions, streams, jobs, tasks) = {state()}; {stuck}; live jobs {jobs}"
+        ) from None
 
 
 @pytest.fixture(scope="module")
