@@ -11,7 +11,6 @@ It never waits on synthesis.  Everything about state lives in
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -175,40 +174,32 @@ class Connection:
         return []
 
     async def _answer_voice_requests(self) -> None:
-        while True:
-            request = await self._voice_requests.get()
-            try:
-                await self._answer(request)
-            except ConnectionGone:
-                # the rest can never be answered: drop them, so a reader
-                # waiting for them (``receive``: a ``session.config``) goes on,
-                # meets the closed connection and ends the session
-                self._drop_voice_requests()
-                return
-            except Exception:  # a bug answering one request: the next ones still are
-                self.session.log.exception("answering a voice request failed")
-                error = GatewayError(ErrorCode.INTERNAL, "the voice request failed; retry")
-                with contextlib.suppress(ConnectionGone):
-                    await self.perform(
-                        self.session.report_error(
-                            error, request_id=request.request_id, may_be_fatal=False
-                        )
-                    )
-            finally:
-                self._voice_requests.task_done()
-
-    def _drop_voice_requests(self) -> None:
-        while True:
-            try:
+        try:
+            while True:
+                request = await self._voice_requests.get()
+                try:
+                    await self._answer(request)
+                finally:
+                    self._voice_requests.task_done()
+        except ConnectionGone:
+            return
+        finally:
+            # however answering ends, what is left can never be answered: drop
+            # it, so a reader waiting for the answers (``receive``: a
+            # ``session.config``) goes on, meets the closed connection and
+            # ends the session
+            while not self._voice_requests.empty():
                 self._voice_requests.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            self._voice_requests.task_done()
+                self._voice_requests.task_done()
 
     async def _answer(self, request: VoiceRequest) -> None:
         try:
             reply = await self.voices.answer(request)
-        except GatewayError as error:
+        except Exception as exc:
+            error = exc if isinstance(exc, GatewayError) else None
+            if error is None:  # a bug answering this request: the next ones still are
+                self.session.log.exception("answering a voice request failed")
+                error = GatewayError(ErrorCode.INTERNAL, "the voice request failed; retry")
             refused = self.session.report_error(
                 error, request_id=request.request_id, may_be_fatal=False
             )
