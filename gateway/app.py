@@ -92,7 +92,9 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
     except LexiconError as exc:
         raise SettingsError(str(exc)) from None
     state = GatewayState(settings=settings, engine=the_engine, metrics=Metrics(), lexicon=lexicon)
-    state.metrics.track_engine(the_engine.queue_depth, the_engine.live_jobs)
+    state.metrics.track_engine(
+        the_engine.queue_depth, the_engine.live_jobs, the_engine.largest_work_item
+    )
     for collector in the_engine.collectors():
         state.metrics.registry.register(collector)  # type: ignore[arg-type]
     voice_store = VoiceStore(settings.data_path)
@@ -131,6 +133,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
             await asyncio.gather(*tasks, return_exceptions=True)
             if owns_engine:
                 await the_engine.aclose()
+            state.http_text_reader.shutdown(wait=False, cancel_futures=True)
             await asyncio.to_thread(voice_store.close)
 
     routes = [

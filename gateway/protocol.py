@@ -208,6 +208,14 @@ class Limits(msgspec.Struct, kw_only=True):
     config_timeout_s: float
     idle_timeout_s: float
     stall_timeout_s: float
+    #: bounded work (additive, unreleased): engine text per utterance once
+    #: expanded, the longest client segment, a pronunciation's longest text,
+    #: and the engine's work item (``max_work_item`` in ``work_item_unit``)
+    max_utterance_engine_chars: int | None = None
+    max_segment_chars: int | None = None
+    max_pronunciation_chars: int | None = None
+    max_work_item: int | None = None
+    work_item_unit: str | None = None
 
 
 class EffectiveConfig(msgspec.Struct, kw_only=True):

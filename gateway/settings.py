@@ -117,6 +117,10 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     max_message_bytes: int = 1_048_576
     max_input_text_bytes: int = 65_536
     max_utterance_chars: int = 20_000
+    #: engine text per utterance (or HTTP request) once the front-end has
+    #: expanded it (aliases, numbers and symbols read out): past it the rest
+    #: is refused with ``text_too_long`` (``docs/text.md``, "Bounded work")
+    max_utterance_engine_chars: int = 60_000
     max_contexts: int = 8
     max_sessions: int = 64
     #: sessions per client address: as many as the server holds, so one
@@ -190,6 +194,10 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
             (self.max_message_bytes >= 1024, "max_message_bytes must be >= 1024"),
             (self.max_input_text_bytes >= 1, "max_input_text_bytes must be >= 1"),
             (self.max_utterance_chars >= 1, "max_utterance_chars must be >= 1"),
+            (
+                self.max_utterance_engine_chars >= self.max_utterance_chars,
+                "max_utterance_engine_chars must be >= max_utterance_chars",
+            ),
             (self.max_contexts >= 1, "max_contexts must be >= 1"),
             (self.max_sessions >= 1, "max_sessions must be >= 1"),
             (self.max_sessions_per_client >= 1, "max_sessions_per_client must be >= 1"),

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -76,9 +77,15 @@ class GatewayState:
     http_admission: AdmissionGate = field(init=False)
     #: automatic admission's start: the engine's measured real-time streams
     measured_streams: float | None = None
+    #: the HTTP API's text front-end: one thread of its own, so a request's
+    #: whole input (up to ``max_utterance_chars``, about 0.3 s of CPU for the
+    #: worst text measured) never holds the default executor's threads that
+    #: the WebSocket sessions' long segments are read in (``http/synthesis``)
+    http_text_reader: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
+        self.http_text_reader = ThreadPoolExecutor(1, thread_name_prefix="http-text")
         self.admission = AdmissionGate(
             SlotQueue(
                 s.max_active_streams or FIXED_ACTIVE_STREAMS,

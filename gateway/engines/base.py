@@ -115,6 +115,11 @@ class Capabilities:
     #: the engine's own inline markup, passed through the front-end verbatim
     #: (Orpheus' emotion tags ``<laugh>``, ...)
     markup_tags: tuple[str, ...] = ()
+    #: the most engine text one work item reads, in ``work_item_unit``
+    #: (bounded work per item, ``docs/engine.md``; 0: not declared)
+    max_work_item: int = 0
+    #: what ``max_work_item`` counts (Piper: ``phonemes``; ``characters``)
+    work_item_unit: str = ""
 
 
 class Budget(Protocol):
@@ -348,6 +353,11 @@ class Engine(abc.ABC):
 
     def live_jobs(self) -> int:
         """Jobs submitted and not yet finished or cancelled (debug gauge)."""
+        return 0
+
+    def largest_work_item(self) -> int:
+        """The largest work item run so far, in ``Capabilities.work_item_unit``
+        (metrics gauge: checks the bound of ``max_work_item``); 0: none."""
         return 0
 
     # --- uploaded voices (optional) ---------------------------------------------------

@@ -14,7 +14,10 @@ already under way short.
 
 Scheduling: an HTTP job's deadline is ``http_deadline_offset_s`` in the
 future, so the engine's workers (which serve the earliest due work first)
-put live WebSocket streams ahead of it.
+put live WebSocket streams ahead of it; and no work item runs on more than
+the engine's ``max_work_item`` (a long segment is several items, which live
+work can come between).  The request's text is read on the state's own
+``http_text_reader`` thread, not in the executor the sessions use.
 
 What it must not do: compute model work or encode on the event loop, or
 keep synthesizing once its consumer stops reading (closing the generator
@@ -43,6 +46,7 @@ from gateway.text.frontend import FrontEnd, FrontEndError, SpokenSegment
 from gateway.text.pipeline import Audio, SegmentAudio
 from gateway.text.queue import SegmentQueue, committed_segments
 from gateway.text.stage import (
+    EngineTextBudget,
     SilentJob,
     client_position,
     frontend_options,
@@ -61,7 +65,9 @@ def spoken_segments(state: GatewayState, plan: SpeechPlan) -> list[SpokenSegment
     """The request's text cut into segments and read by one front-end.
 
     The whole text is known, so the front-end reads all of it before any
-    audio: malformed SSML is a 400 ``invalid_ssml`` naming the position."""
+    audio: malformed SSML is a 400 ``invalid_ssml`` naming the position,
+    engine text over ``max_utterance_engine_chars`` once expanded a 400
+    ``text_too_long`` (``EngineTextBudget``, the WebSocket's rule)."""
     controls = plan.controls
     frontend = FrontEnd(
         frontend_options(
@@ -87,6 +93,9 @@ def spoken_segments(state: GatewayState, plan: SpeechPlan) -> list[SpokenSegment
         ) from None
     if tail is not None:
         spoken.append(tail)
+    budget = EngineTextBudget(state.settings.max_utterance_engine_chars)
+    if not all(budget.take(s) for s in spoken):
+        raise GatewayError(ErrorCode.TEXT_TOO_LONG, f"`input`: {budget.message}", param="input")
     return [s for s in spoken if s.text.strip() or s.pauses]
 
 
@@ -97,9 +106,13 @@ async def synthesize(
     pipeline's ``GatewayError`` when a segment fails; cancels the engine
     jobs when closed early (disconnect, cancellation)."""
     offset = state.settings.http_deadline_offset_s
-    # the front-end's reading costs up to about a millisecond a segment:
-    # never on the event loop; malformed SSML is refused before any audio
-    read = await asyncio.to_thread(spoken_segments, state, plan)
+    # the front-end's reading costs up to about a millisecond a segment (a
+    # whole 20,000-character input about 0.3 s): never on the event loop, and
+    # on the HTTP API's own thread, never in the executor the WebSocket
+    # sessions read their long segments in; malformed SSML is refused
+    # before any audio
+    loop = asyncio.get_running_loop()
+    read = await loop.run_in_executor(state.http_text_reader, spoken_segments, state, plan)
     stream = state.engine.open_stream(plan.stream_request(label))
 
     def submit(segment: _Segment) -> None:

@@ -56,6 +56,12 @@ class Metrics:
         self.engine_queue_depth = Gauge(
             "gateway_engine_queue_depth", "Work items waiting for an engine worker.", registry=r
         )
+        self.engine_work_item_max = Gauge(
+            "gateway_engine_work_item_max",
+            "The largest engine work item run since start, in the engine's unit"
+            " (session.created.limits.work_item_unit; Piper: phonemes per acoustic call).",
+            registry=r,
+        )
         self.engine_live_jobs = Gauge(
             "gateway_engine_live_jobs", "Engine jobs not yet finished (debug).", registry=r
         )
@@ -119,9 +125,15 @@ class Metrics:
         active = self.streams_active if surface == "ws" else self.http_streams_active
         return SurfaceAdmission(self, surface, active)
 
-    def track_engine(self, queue_depth: Callable[[], int], live_jobs: Callable[[], int]) -> None:
+    def track_engine(
+        self,
+        queue_depth: Callable[[], int],
+        live_jobs: Callable[[], int],
+        largest_work_item: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.engine_queue_depth.set_function(queue_depth)
         self.engine_live_jobs.set_function(live_jobs)
+        self.engine_work_item_max.set_function(largest_work_item)
 
     def render(self) -> bytes:
         self.live_tasks.set(len(asyncio.all_tasks()))

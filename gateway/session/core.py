@@ -61,9 +61,10 @@ from gateway.session.utterance import Segment, Utterance
 from gateway.session.voice_requests import VoiceRequest
 from gateway.text.duration import estimate_seconds
 from gateway.text.frontend import FrontEnd, FrontEndError
+from gateway.text.frontend.lexicon import MAX_SPOKEN_CHARS
 from gateway.text.policy import LOAD_ALLOWANCE_S, PolicyConfig, SegmentPolicy
 from gateway.text.segmenter import Segmenter
-from gateway.text.stage import Lexicon, frontend_options
+from gateway.text.stage import EngineTextBudget, Lexicon, frontend_options
 
 if TYPE_CHECKING:
     from gateway.ops.metrics import Metrics
@@ -204,6 +205,7 @@ class Session:
 
     def limits(self) -> protocol.Limits:
         s = self.settings
+        capabilities = self.engine.capabilities
         return protocol.Limits(
             max_message_bytes=s.max_message_bytes,
             max_input_text_bytes=s.max_input_text_bytes,
@@ -213,6 +215,11 @@ class Session:
             config_timeout_s=s.config_timeout_s,
             idle_timeout_s=s.idle_timeout_s,
             stall_timeout_s=s.stall_timeout_s,
+            max_utterance_engine_chars=s.max_utterance_engine_chars,
+            max_segment_chars=s.max_segment_chars,
+            max_pronunciation_chars=MAX_SPOKEN_CHARS,
+            max_work_item=capabilities.max_work_item or None,
+            work_item_unit=capabilities.work_item_unit or None,
         )
 
     def created_message(self) -> protocol.SessionCreated:
@@ -468,6 +475,7 @@ class Session:
             options=self.clone_options,
             first_text_at=time.monotonic(),
             frontend=self._new_frontend(),
+            engine_budget=EngineTextBudget(self.settings.max_utterance_engine_chars),
         )
         self.utterances_started += 1
         ctx.utterance = utt
@@ -714,13 +722,12 @@ class Session:
         utt.start_segment(segment)
         config = utt.config
         messages: list[protocol.ServerMessage] = []
-        if segment.refused is not None:  # malformed SSML: reported, not spoken
+        if segment.refused is not None:  # malformed SSML, over budget: reported, not spoken
             problem = segment.refused
             messages.append(
                 protocol.Error(
-                    code=ErrorCode.INVALID_SSML,
-                    message=f"sentence {segment.index} is not spoken: {problem.message}"
-                    f" (at character {problem.position} of the utterance's text)",
+                    code=problem.code,
+                    message=f"sentence {segment.index} is not spoken: {problem.message}",
                     context_id=ctx.id,
                     action="sentence_skipped",
                 )

@@ -19,9 +19,20 @@ from dataclasses import dataclass, field
 
 from gateway import protocol
 from gateway.engines.base import SegmentStats, WordTiming
+from gateway.errors import ErrorCode
 from gateway.protocol import EffectiveConfig
 from gateway.text.frontend import FrontEnd, FrontEndError, Span, SpokenSegment
-from gateway.text.stage import SourceWord, empty_spoken, source_words
+from gateway.text.stage import EngineTextBudget, SourceWord, empty_spoken, source_words
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a committed segment is not spoken (reported in its ``error``,
+    ``action: "sentence_skipped"``): malformed SSML, or the utterance's
+    engine text over ``max_utterance_engine_chars``."""
+
+    code: ErrorCode
+    message: str  #: complete, for the client
 
 
 @dataclass(eq=False)
@@ -43,8 +54,9 @@ class Segment:
     spoken: SpokenSegment | None = None
     #: where ``text`` starts in the utterance's client text
     source_start: int = 0
-    #: the front-end refused the text (malformed SSML): nothing is spoken
-    refused: FrontEndError | None = None
+    #: the segment is refused (malformed SSML, the engine-text budget):
+    #: nothing is spoken
+    refused: Refusal | None = None
     #: ``words`` on the client's text (segment-relative offsets)
     source_words: tuple[SourceWord, ...] = ()
 
@@ -54,11 +66,16 @@ class Segment:
         return self.text if self.spoken is None else self.spoken.text
 
     def set_words(self, words: tuple[WordTiming, ...]) -> tuple[SourceWord, ...]:
-        """Keep the engine's word timings and their client-text mapping."""
-        self.words = words
+        """Keep the engine's word timings and their client-text mapping;
+        returns the mapping of ``words``.  A segment whose engine text is
+        over the engine's work item is timed piece by piece (each piece's
+        timings before its audio, times from the segment's start): later
+        timings add to the earlier ones."""
+        known = len(self.source_words)
+        self.words = (*(self.words or ()), *words)
         spoken = self.spoken or _verbatim(self.text)
-        self.source_words = source_words(spoken, words)
-        return self.source_words
+        self.source_words = source_words(spoken, self.words)
+        return self.source_words[known:]
 
 
 def _verbatim(text: str) -> SpokenSegment:
@@ -80,9 +97,12 @@ class Utterance:
     frontend: FrontEnd | None = None
     #: every ``input.text`` of the utterance, joined (the client's text)
     source_text: str = ""
-    #: the front-end refused a segment (malformed SSML): the utterance's
-    #: later text is reported but not spoken (its markup state is unknown)
+    #: a segment was refused (malformed SSML: the markup state is unknown;
+    #: the engine-text budget spent): the utterance's later text is
+    #: reported but not spoken
     frontend_failed: bool = False
+    #: the engine text its segments may read in all (None: no limit)
+    engine_budget: EngineTextBudget | None = None
     #: markup left open at the end of the text (``finish_reading``)
     unclosed: FrontEndError | None = None
     #: the front-end's reading of the committed segments, in order (a chain
@@ -174,12 +194,23 @@ class Utterance:
         before = self._frontend_chars
         self._frontend_chars += len(segment.text)
         try:
-            segment.spoken = self.frontend.process(segment.text)
+            spoken = self.frontend.process(segment.text)
         except FrontEndError as exc:
             local = min(len(segment.text), max(0, exc.position - before))
-            segment.refused = FrontEndError(exc.message, segment.source_start + local)
+            at = segment.source_start + local
+            message = f"{exc.message} (at character {at} of the utterance's text)"
+            segment.refused = Refusal(ErrorCode.INVALID_SSML, message)
             segment.spoken = empty_spoken(segment.text)
             self.frontend_failed = True
+            return
+        budget = self.engine_budget
+        if budget is not None and not budget.take(spoken):
+            message = f"{budget.message}; it and the rest of the utterance are not spoken"
+            segment.refused = Refusal(ErrorCode.TEXT_TOO_LONG, message)
+            segment.spoken = empty_spoken(segment.text)
+            self.frontend_failed = True
+            return
+        segment.spoken = spoken
 
     def finish_reading(self) -> None:
         """The utterance's text is complete: markup left open (SSML) is

@@ -15,7 +15,10 @@ and the HTTP API, ``gateway.http.speech``):
 * ``pause_samples``: SSML ``<break>`` pauses as silence made here;
 * ``source_words``: the engine's word timings on the client's words, with
   their character offsets in the client's text;
-* ``load_lexicon``: the server-wide pronunciation file (``lexicon_file``).
+* ``load_lexicon``: the server-wide pronunciation file (``lexicon_file``);
+* ``EngineTextBudget``: an utterance's (a request's) total of engine text
+  after expansion (``max_utterance_engine_chars``), the one rule both
+  surfaces apply.
 
 ``LexiconError`` is the front-end's, re-exported for the app.
 
@@ -42,6 +45,7 @@ from gateway.text.frontend.lexicon import LexiconError
 from gateway.text.frontend.lexicon import load_lexicon as read_lexicon
 
 __all__ = [
+    "EngineTextBudget",
     "Lexicon",
     "LexiconError",
     "SilentJob",
@@ -81,6 +85,36 @@ def frontend_options(
         keep_tags=frozenset(capabilities.markup_tags),
         engine_normalizes=capabilities.normalizes_text,
     )
+
+
+class EngineTextBudget:
+    """The engine text one utterance (one HTTP request) may read once the
+    front-end has expanded it (``max_utterance_engine_chars``).  The client's
+    text is capped before expansion (``max_utterance_chars``); a pronunciation
+    alias repeated, or numbers read out, make it longer, and every character
+    is engine work.  ``take`` charges a segment's spoken form, or refuses it
+    whole (nothing is cut silently)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.spent = 0
+
+    def take(self, spoken: SpokenSegment) -> bool:
+        """Charge ``spoken``'s engine text; False (nothing charged) when it
+        would pass the limit."""
+        if self.spent + len(spoken.text) > self.limit:
+            return False
+        self.spent += len(spoken.text)
+        return True
+
+    @property
+    def message(self) -> str:
+        """What a refused client is told (the setting named, what to do)."""
+        return (
+            f"the text reads as more than {self.limit} characters of engine text once"
+            " expanded (pronunciation aliases, numbers and symbols read out), the server's"
+            " max_utterance_engine_chars: send less text per utterance, or shorter aliases"
+        )
 
 
 def empty_spoken(source: str) -> SpokenSegment:

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.engines.deadline_worker import DeadlineWorker, WorkItem
-from gateway.engines.piper.acoustic import plan_flow_windows
+from gateway.engines.piper.acoustic import MAX_FLOW_WINDOW, plan_flow_windows
 from gateway.engines.piper.alignment import (
     align_words,
     is_sound,
@@ -335,3 +335,12 @@ def test_http_chunks_keep_their_lead_and_take_turns_when_late() -> None:
     live._audio_base = now - 10.0
     assert live._first_audio_at(now) == now
     assert live.chunk_due(5, window) == live.due(window.start) < first
+
+
+@given(frames=st.integers(1, 20_000), first=st.integers(1, 600))
+def test_flow_windows_are_bounded(frames: int, first: int) -> None:
+    """Bounded work per item: no later flow window is over ``MAX_FLOW_WINDOW``
+    frames however long the segment (the last one was "the rest")."""
+    windows = plan_flow_windows(frames, first)
+    assert all(w.end - w.start <= max(first, MAX_FLOW_WINDOW) for w in windows)
+    assert all(w.end - w.start <= MAX_FLOW_WINDOW for w in windows[1:])

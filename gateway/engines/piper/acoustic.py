@@ -135,22 +135,32 @@ class LatentWindow:
 #: decode chunks with the default schedule, so they need not wait for the
 #: flow of a long segment's whole remainder
 SECOND_FLOW_WINDOW = 96
+#: the most frames a later flow window covers (about 3 s of audio at 22,050
+#: Hz): each window is one work item of the acoustic worker, which no other
+#: session's work can overtake once it runs (``docs/engine.md``, "Bounded
+#: work per item"); each extra window costs 2 x context of recomputation,
+#: 16 % at this size
+MAX_FLOW_WINDOW = 256
 
 
 def plan_flow_windows(
-    frames: int, first: int, second: int = SECOND_FLOW_WINDOW
+    frames: int, first: int, second: int = SECOND_FLOW_WINDOW, most: int = MAX_FLOW_WINDOW
 ) -> list[LatentWindow]:
     """The first window covers what the first decode chunk needs, the second
-    the next ``second`` frames, one more the rest (each extra window costs
-    2 x context of compute; without the middle one the second chunk of a
-    long segment waited for the whole remaining flow and played late)."""
+    the next ``second`` frames, then windows of at most ``most`` frames to
+    the end (each extra window costs 2 x context of compute; without the
+    middle one the second chunk of a long segment waited for the whole
+    remaining flow and played late)."""
     first = max(1, min(frames, first))
     windows = [LatentWindow(0, first)]
     middle = min(frames, first + second)
     if first < middle:
         windows.append(LatentWindow(first, middle))
-    if middle < frames:
-        windows.append(LatentWindow(middle, frames))
+    start = middle
+    while start < frames:
+        end = min(frames, start + max(1, most))
+        windows.append(LatentWindow(start, end))
+        start = end
     return windows
 
 

@@ -93,6 +93,7 @@ class PiperEngine(Engine):
         self._by_name: dict[str, LoadedVoice] = {}
         self._workers: Workers | None = None
         self._live = LiveJobs()
+        self._largest_item = 0  #: the most phonemes one acoustic call read
         self.config = settings.piper
         # both checked here, before the server starts listening: a setting
         # that cannot be honoured fails `serve` at once with its reason
@@ -160,7 +161,14 @@ class PiperEngine(Engine):
             decode,
             adaptive=not settings.deterministic,
         )
-        self._workers = Workers(acoustic, decode, plan, self._others_starting)
+        self._workers = Workers(
+            acoustic,
+            decode,
+            plan,
+            self._others_starting,
+            max_phonemes=settings.max_item_phonemes,
+            work_item=self._record_work_item,
+        )
         acoustic.start()
         decode.start()
 
@@ -186,6 +194,11 @@ class PiperEngine(Engine):
             # measured on the 2-core CPU: submit to first chunk p50 83 ms
             # (docs/engine.md, "Measured")
             typical_first_chunk_s=0.085,
+            # the text encoder's cost grows faster than its input (attention):
+            # phonemes, not characters, because espeak expands text too
+            # ("*" is read "asterisk"); docs/engine.md, "Bounded work per item"
+            max_work_item=self.config.max_item_phonemes,
+            work_item_unit="phonemes",
         )
 
     def loaded_voice(self, name: str) -> LoadedVoice:
@@ -212,6 +225,13 @@ class PiperEngine(Engine):
 
     def live_jobs(self) -> int:
         return len(self._live)
+
+    def _record_work_item(self, phonemes: int) -> None:
+        # one writer (the acoustic worker thread); readers take the int as is
+        self._largest_item = max(self._largest_item, phonemes)
+
+    def largest_work_item(self) -> int:
+        return self._largest_item
 
     def queue_depth(self) -> int:
         if self._workers is None:

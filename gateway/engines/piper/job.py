@@ -37,6 +37,7 @@ from gateway.engines.delivery import DeliveredJob
 from gateway.engines.piper import alignment, loudness
 from gateway.engines.piper.acoustic import Encoded, LatentWindow, plan_flow_windows
 from gateway.engines.piper.threads import ThreadPlan
+from gateway.engines.workcut import cut_text
 from gateway.vocoders.stateful import ChunkWindow
 
 if TYPE_CHECKING:
@@ -67,28 +68,66 @@ class Workers:
     #: how many other utterances are starting (their first segment is still
     #: being synthesized)
     others_starting: Callable[[DeliveredJob], int]
+    #: the most phonemes one acoustic call reads (``piper.max_item_phonemes``):
+    #: a segment over it is spoken as pieces, one after another
+    max_phonemes: int = 400
+    #: records each acoustic call's phonemes (the engine's largest work item)
+    work_item: Callable[[int], None] = lambda _: None
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Where a piece after a segment's first starts (``PiperSegment``)."""
+
+    text: str
+    rest: tuple[str, ...]  #: the pieces after it
+    deadline: float  #: when its audio plays (the previous piece's end)
+    offset_ms: float  #: its audio's start in the segment's audio
+    lead_s: float | None  #: the segment's ``_lead_s``
 
 
 class PiperSegment:
+    """One segment's Piper work, or one piece of it: a segment whose
+    phonemes exceed ``Workers.max_phonemes`` is cut (``workcut.cut_text``,
+    clause then word boundaries) and each piece is a ``PiperSegment`` of
+    its own on the same job, its acoustic item queued once the piece
+    before it has decoded its first chunk, its chunks decoded once that
+    piece's last one is (the job's audio stays in order)."""
+
     def __init__(
         self,
         job: DeliveredJob,
         voice: LoadedVoice,
         workers: Workers,
         deterministic: bool,
+        piece: _Piece | None = None,
     ) -> None:
         self.job = job
         self.voice = voice
         self.stats = job.stats
         self._workers = workers
         self._deterministic = deterministic
+        self.text = job.text if piece is None else piece.text
+        self._rest: tuple[str, ...] = () if piece is None else piece.rest
+        self._deadline = job.segment.deadline if piece is None else piece.deadline
+        self._first = job.first_in_utterance and piece is None
+        self._offset_ms = 0.0 if piece is None else piece.offset_ms
+        #: the next piece, made once this one's first chunk is decoded
+        self._next: PiperSegment | None = None
+        #: a later piece decodes nothing until the piece before it has
+        #: decoded its last chunk (``_release``)
+        self._held = piece is not None
+        self._continues = piece is not None  #: a piece after the segment's first
         #: a stream without first-audio priority (HTTP): how far ahead its
         #: deadline was set when it was submitted (``http_deadline_offset_s``)
-        self._lead_s = (
-            None
-            if job.request.first_audio_priority
-            else max(0.0, job.segment.deadline - time.monotonic())
-        )
+        if piece is not None:
+            self._lead_s = piece.lead_s
+        else:
+            self._lead_s = (
+                None
+                if job.request.first_audio_priority
+                else max(0.0, job.segment.deadline - time.monotonic())
+            )
         self._lock = threading.Lock()
         self._run_options: ort.RunOptions | None = None
         #: the second flow window's item, queued once the first chunk is decoded
@@ -106,11 +145,11 @@ class PiperSegment:
 
     @property
     def first_in_utterance(self) -> bool:
-        return self.job.first_in_utterance
+        return self._first
 
     @property
     def deadline(self) -> float:
-        return self.job.segment.deadline
+        return self._deadline
 
     # --- acoustic stage (acoustic worker thread) -----------------------------------
 
@@ -123,8 +162,10 @@ class PiperSegment:
         one, once its first chunk is decoded (on a small CPU the flow would
         halve the first chunk's speed); meanwhile the acoustic worker serves
         other segments."""
-        if not self.job.started():
+        if not self._continues and not self.job.started():
             return  # cancelled: never started
+        if self.job.finished:
+            return  # a later piece of a segment cancelled meanwhile
         run_options = self._run_options = ort.RunOptions()
         self.job.on_cancel(lambda: setattr(run_options, "terminate", True))
         started = time.perf_counter()
@@ -154,11 +195,20 @@ class PiperSegment:
     def _acoustic_head(self) -> None:
         voice = self.voice
         run_options = self._run_options
-        text = self.job.text
-        phonemes = voice.phonemize(text)
+        phonemes = voice.phonemize(self.text)
+        limit = self._workers.max_phonemes
+        budget = limit
+        while len(phonemes) > limit and budget >= 8:  # bounded work: speak it as pieces
+            pieces = cut_text(self.text, budget, lambda s: len(voice.phonemize(s)))
+            if len(pieces) < 2:
+                break  # one character over the limit: nothing smaller to run
+            self.text, self._rest = pieces[0], (*pieces[1:], *self._rest)
+            phonemes = voice.phonemize(self.text)
+            budget = budget * 7 // 8  # joined, a piece measured over: cut tighter
+        self._workers.work_item(len(phonemes))
         ids, spans = alignment.phoneme_id_spans(phonemes, voice.config.phoneme_id_map)
         if not any(s is not None for s in spans):
-            self.job.finish()  # nothing speakable (punctuation only)
+            self._end(0)  # nothing speakable (punctuation only)
             return
         scales = voice.scales(self.job.request.speed, self._deterministic)
         t0 = time.perf_counter()
@@ -168,7 +218,9 @@ class PiperSegment:
         if self.job.cancelled:
             return
         frames = encoded.frames
-        self.stats.audio_seconds = frames * voice.hop_length / voice.sample_rate
+        self.stats.audio_seconds = (
+            self._offset_ms / 1000 + frames * voice.hop_length / voice.sample_rate
+        )
         merge = 0
         if self.first_in_utterance and not self._deterministic:
             # one other utterance starting: as usual; two: the first two
@@ -194,9 +246,11 @@ class PiperSegment:
             first.end,
             voice.acoustic.flow_window(encoded, first, run_options=run_options, light=light),
         )
-        self.stats.extra["flow_first_ms"] = self.stats.extra["flow_ms"] = (
-            time.perf_counter() - t0
-        ) * 1e3
+        first_ms = (time.perf_counter() - t0) * 1e3
+        if self._continues:
+            self.stats.extra["flow_ms"] = self.stats.extra.get("flow_ms", 0.0) + first_ms
+        else:
+            self.stats.extra["flow_first_ms"] = self.stats.extra["flow_ms"] = first_ms
         # word timings are worked out while the first chunk decodes; the job
         # delivers that chunk after them
         self._deliver_alignment(phonemes, spans, encoded)
@@ -234,9 +288,9 @@ class PiperSegment:
     def _align(
         self, phonemes: list[str], spans: list[tuple[int, int] | None], encoded: Encoded
     ) -> tuple[WordTiming, ...]:
-        words = alignment.text_words(self.job.text)
+        words = alignment.text_words(self.text)
         ms_per_frame = 1000.0 * self.voice.hop_length / self.voice.sample_rate
-        return alignment.align_words(
+        timed = alignment.align_words(
             words,
             self.voice.word_phonemes(words),
             phonemes,
@@ -244,6 +298,45 @@ class PiperSegment:
             encoded.durations,
             ms_per_frame,
         )
+        if not self._offset_ms:
+            return timed
+        shift = self._offset_ms  # a later piece: times from the segment's start
+        return tuple(WordTiming(w.word, w.start_ms + shift, w.end_ms + shift) for w in timed)
+
+    # --- pieces (a segment over ``max_phonemes``) --------------------------------------
+
+    def _start_next(self, frames: int) -> None:
+        """Queue the next piece's acoustic work (this piece has ``frames``
+        latent frames): due before this piece's audio ends."""
+        if not self._rest or self._next is not None or self.job.finished:
+            return
+        audio_ms = frames * self.voice.hop_length * 1000 / self.voice.sample_rate
+        piece = _Piece(
+            text=self._rest[0],
+            rest=self._rest[1:],
+            deadline=self.due(frames),
+            offset_ms=self._offset_ms + audio_ms,
+            lead_s=self._lead_s,
+        )
+        self._next = PiperSegment(self.job, self.voice, self._workers, self._deterministic, piece)
+        self._workers.acoustic.put(AcousticItem(self._next))
+
+    def _end(self, frames: int) -> None:
+        """This piece's audio is all delivered: the next piece may decode,
+        or the segment is complete."""
+        if not self._rest:
+            self.job.finish()
+            return
+        self._start_next(frames)
+        assert self._next is not None or self.job.finished
+        if self._next is not None:
+            self._next._release()
+
+    def _release(self) -> None:
+        """The piece before this one has decoded its last chunk."""
+        with self._lock:
+            self._held = False
+        self._schedule_next()
 
     def _publish(self, end: int, latent: np.ndarray, start: int = 0) -> None:
         with self._lock:
@@ -257,7 +350,7 @@ class PiperSegment:
 
     def _schedule_next(self) -> None:
         with self._lock:
-            if self.job.finished or self._scheduled:
+            if self.job.finished or self._scheduled or self._held:
                 return
             if self._next_chunk >= len(self._windows):
                 return
@@ -301,6 +394,7 @@ class PiperSegment:
                 rest, self._flow_rest = self._flow_rest, None
             if rest is not None:
                 self._workers.acoustic.put(rest)
+            self._start_next(self._windows[-1].end)  # one piece ahead, no more
         # still scheduled while it is handed over: one chunk at a time, and the
         # job counts it as undelivered before the next is considered
         delivered = self.job.chunk(audio)
@@ -309,7 +403,7 @@ class PiperSegment:
         if not delivered:
             return  # cancel() arrived while this chunk was in flight
         if last:
-            self.job.finish()
+            self._end(self._windows[-1].end)
         else:
             self._schedule_next()
 

@@ -45,6 +45,10 @@ class PiperSettings(Section, forbid_unknown_fields=True, kw_only=True):
     #: 4, while the other pool is idle, one while it works)
     acoustic_threads: int = 0
     vocoder_threads: int = 0
+    #: the most phonemes one acoustic call reads (bounded work per item,
+    #: ``docs/engine.md``): a segment whose engine text phonemizes to more is
+    #: spoken as pieces cut at clause, then word boundaries
+    max_item_phonemes: int = 400
 
     def __post_init__(self) -> None:
         check(
@@ -56,5 +60,6 @@ class PiperSettings(Section, forbid_unknown_fields=True, kw_only=True):
                 ),
                 (self.acoustic_threads >= 0, "piper.acoustic_threads must be >= 0"),
                 (self.vocoder_threads >= 0, "piper.vocoder_threads must be >= 0"),
+                (self.max_item_phonemes >= 50, "piper.max_item_phonemes must be >= 50"),
             ]
         )
