@@ -30,7 +30,7 @@ from typing import Any, Protocol, TextIO
 
 from websockets.exceptions import ConnectionClosed
 
-from gateway.bench import corpus, load
+from gateway.bench import corpus, hostile, load
 from gateway.bench.drivers import (
     GatewayUser,
     Pacing,
@@ -51,6 +51,7 @@ SCENARIO_HELP: dict[str, str] = {
     "capacity": "the llm workload at each of --levels concurrent sessions, until one fails",
     "http-load": "vllm-omni's TTS benchmark payload over HTTP at each --http-levels (gateway only)",
     "overload": "--overload-sessions llm sessions arriving at once from several addresses",
+    "hostile": "a canary every 3 s beside a neighbour sending the worst text, then benign text",
 }
 SCENARIOS = tuple(SCENARIO_HELP)
 #: what runs without --scenarios (the load scenarios are asked for by name)
@@ -408,7 +409,7 @@ async def _measure(
             capacity_pacing = pacing_llm if args.capacity_pacing == "llm" else flush
             await _capacity(args, target, make_user, sink, capacity_pacing)
             continue
-        if scenario in ("http-load", "overload"):
+        if scenario in ("http-load", "overload", "hostile"):
             if server is not None:  # the gateway's own surfaces: no peer has them
                 await _load(args, scenario, server, sink, pacing_llm)
             continue
@@ -457,6 +458,16 @@ async def _load(
     if scenario == "http-load":
         lines = await load.http_load(
             server.http_base, args.http_levels, args.http_requests, args.seed, args.voice or "joe"
+        )
+    elif scenario == "hostile":
+        lines = await hostile.hostile(
+            server.ws_url,
+            server.http_base,
+            phase_s=args.hostile_phase_s,
+            every_s=args.hostile_every_s,
+            server_pid=server.pid,
+            voice=args.voice,
+            prebuffer_ms=args.prebuffer_ms,
         )
     else:
         lines = await load.overload(
@@ -677,6 +688,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         help="after overload, wait this long and read the server's RSS again",
     )
+    parser.add_argument(
+        "--hostile-phase-s",
+        type=float,
+        default=24.0,
+        help="hostile: seconds of each phase (benign, then hostile neighbour)",
+    )
+    parser.add_argument(
+        "--hostile-every-s", type=float, default=3.0, help="hostile: the canary speaks this often"
+    )
+    parser.add_argument(
+        "--server-pid",
+        type=int,
+        help="with --url: the server's process id, for its RSS (overload, hostile)",
+    )
     parser.add_argument("--ttfa-target-ms", type=float, default=1000.0)
     parser.add_argument(
         "--capacity-report-ms",
@@ -701,7 +726,7 @@ async def _run(args: argparse.Namespace, sink: Sink, log_dir: Path) -> None:
 
     server_cpu: dict[str, float | None] = {}
     if args.url:
-        server = ServerUnderTest(args.url, None)
+        server = ServerUnderTest(args.url, args.server_pid)
         await _measure(args, target, gateway_user(args.url), sink, args.timelines, server)
     else:
         port = free_port()
