@@ -60,6 +60,14 @@ class PoolEngine(Engine, Generic[_C]):
         self.prober = Prober(client)
         self.live = LiveJobs()
         self.tasks: set[asyncio.Task[None]] = set()
+        self._largest_item = 0  #: the longest request's engine text so far
+
+    def record_work_item(self, size: int) -> None:
+        """One request's size, in ``Capabilities.work_item_unit``."""
+        self._largest_item = max(self._largest_item, size)
+
+    def largest_work_item(self) -> int:
+        return self._largest_item
 
     # --- lifecycle -------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ from gateway.engines.pool.routing import ReplicaState
 from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.voices import VoiceCopies
 from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError, check_headers
+from gateway.engines.workcut import cut_text
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -100,17 +101,22 @@ class UpstreamStream(PoolStream["UpstreamEngine"]):
     no_voice = "the upstream has no voice"
 
     def segment(self, job: DeliveredJob, voice: VoiceInfo) -> Coroutine[Any, Any, None]:
-        body = self.engine.request_body(self.request, voice, job.text)
-        return self._run(job, body, voice.sample_rate)
+        # bounded work per item: a segment longer than ``max_item_chars`` is
+        # several requests, in order, each with its own audio cap
+        pieces = cut_text(job.text, self.engine.config.max_item_chars, len) or [job.text]
+        bodies = [self.engine.request_body(self.request, voice, piece) for piece in pieces]
+        return self._run(job, bodies, voice.sample_rate)
 
-    async def _run(self, job: DeliveredJob, body: dict[str, Any], rate: int) -> None:
+    async def _run(self, job: DeliveredJob, bodies: list[dict[str, Any]], rate: int) -> None:
         t0 = time.perf_counter()
         client = self.engine.client
-        done = await self.engine.run_segment(
-            job, self.request.label, client.speak(body, rate, JobSink(job))
-        )
-        if done is None:
-            return
+        for body in bodies:
+            self.engine.record_work_item(len(str(body["input"])))
+            done = await self.engine.run_segment(
+                job, self.request.label, client.speak(body, rate, JobSink(job))
+            )
+            if done is None:
+                return
         job.stats.add_stage("upstream_ms", (time.perf_counter() - t0) * 1e3)
         job.finish()
 
@@ -305,6 +311,8 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
             languages=tuple(languages),
             max_concurrency=len(self.config.urls) * self.config.max_per_replica,
             typical_first_chunk_s=0.3,
+            max_work_item=self.config.max_item_chars,
+            work_item_unit="characters",
         )
 
     async def _probe_rate(self, index: int) -> int:

@@ -48,6 +48,10 @@ class UpstreamSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
     #: fails, once ``min_delivery_grace_s`` has passed; 0 turns it off
     min_delivery_rate: float = 0.5
     min_delivery_grace_s: float = 2.0
+    #: the most engine text (characters) one request carries: a longer
+    #: segment is several requests, one after another, cut at clause, then
+    #: word boundaries (bounded work per item, ``docs/engine.md``)
+    max_item_chars: int = 600
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,5 +66,6 @@ class UpstreamSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
                 (self.max_audio_s_per_char > 0, "upstream.max_audio_s_per_char must be > 0"),
                 (self.min_delivery_rate >= 0, "upstream.min_delivery_rate must be >= 0"),
                 (self.min_delivery_grace_s >= 0, "upstream.min_delivery_grace_s must be >= 0"),
+                (self.max_item_chars >= 50, "upstream.max_item_chars must be >= 50"),
             ]
         )
