@@ -553,3 +553,24 @@ def test_settings_from_the_environment(tmp_path: Path) -> None:
     assert settings.upstream.max_per_replica == 4
     engine = UpstreamEngine(settings)
     assert [r.name for r in engine.client.pool.replicas] == ["http://a:8000", "http://b:8000"]
+
+
+async def test_a_segment_over_max_item_chars_is_several_requests(
+    replicas: list[ServeProcess],
+) -> None:
+    """Bounded work per item: a sentence whose engine text is over
+    ``upstream.max_item_chars`` is requested in pieces cut at clauses, one
+    after another, and spoken whole (issue 28)."""
+    text = (
+        "one two three four five six seven, eight nine ten eleven twelve thirteen,"
+        " fourteen fifteen sixteen seventeen."
+    )
+    with front([replicas[0].base], max_item_chars=60) as gw:
+        whole = await speech(gw.http, text, normalize=False)
+        assert whole.status_code == 200, whole.text
+        engine = engine_of(gw)
+        assert engine.client.pool.replicas[0].requests == 3  # one a clause
+        assert 0 < engine.largest_work_item() <= 60
+        assert engine.capabilities.max_work_item == 60
+        assert engine.capabilities.work_item_unit == "characters"
+        assert len(whole.content) > 0
