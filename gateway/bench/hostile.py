@@ -1,8 +1,9 @@
 """The ``hostile`` scenario of ``python -m gateway bench``: a canary beside
 the worst text a neighbour can send (issue 28).
 
-Two phases of ``--hostile-phase-s`` seconds each, on one server, the
-benign one first: a **neighbour** client sends, at once, on two WebSocket
+``--hostile-rounds`` (2) rounds of two phases of ``--hostile-phase-s``
+seconds each, on one server, benign then hostile (alternating, so that
+this machine's drifting speed hits both): a **neighbour** client sends, at once, on two WebSocket
 sessions and one HTTP request,
 
 * ``alias``: ``pronunciations {"qq": <300 characters>}`` and
@@ -19,7 +20,8 @@ leaves when the phase ends.  Meanwhile a **canary** session says "Hello
 there, canary here." and ``input.done`` every ``--hostile-every-s`` seconds
 (3).
 
-Reported per phase (``hostile`` lines): the canary's first audio from its
+Reported per phase and round (``hostile_round`` lines) and pooled per
+phase (``hostile`` lines): the canary's first audio from its
 ``input.done`` (p50, p95, max), its largest playout gap (``max_gap_ms``,
 ``gateway.bench.measure``), its errors; the server's RSS at idle before
 the phase and its peak during it (sampled every 250 ms; needs the server's
@@ -231,17 +233,12 @@ async def _phase(
     await sampler
     await asyncio.sleep(settle_s)  # the neighbour's cancelled work drains
     item = await _work_item(http_base)
-    ok = [m for m in canary if not m.get("error")]
     lines: list[dict[str, Any]] = [{**m, "kind": "hostile_canary", "phase": phase} for m in canary]
     lines.append(
         {
-            "kind": "hostile",
+            **_canary_summary(canary),
+            "kind": "hostile_round",
             "phase": phase,
-            "canary_utterances": len(canary),
-            "canary_errors": len(canary) - len(ok),
-            "canary_first_audio_ms": summarize(m.get("ttfa_flush_ms") for m in ok),
-            "canary_max_gap_ms": max((m.get("max_gap_ms") or 0.0 for m in ok), default=None),
-            "canary_utterances_with_gap": sum(1 for m in ok if (m.get("max_gap_ms") or 0) > GAP_MS),
             "rss_idle_mib": rss_idle,
             "rss_peak_mib": peak[0] if rss_idle is not None else None,
             "largest_work_item": item,
@@ -251,6 +248,17 @@ async def _phase(
         }
     )
     return lines
+
+
+def _canary_summary(canary: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [m for m in canary if not m.get("error")]
+    return {
+        "canary_utterances": len(canary),
+        "canary_errors": len(canary) - len(ok),
+        "canary_first_audio_ms": summarize(m.get("ttfa_flush_ms") for m in ok),
+        "canary_max_gap_ms": max((m.get("max_gap_ms") or 0.0 for m in ok), default=None),
+        "canary_utterances_with_gap": sum(1 for m in ok if (m.get("max_gap_ms") or 0) > GAP_MS),
+    }
 
 
 def verdict(benign: dict[str, Any], hostile: dict[str, Any], bound: Any) -> dict[str, Any]:
@@ -287,27 +295,47 @@ async def hostile(
     phase_s: float,
     every_s: float,
     server_pid: int | None,
+    rounds: int = 2,
     voice: str | None = None,
     prebuffer_ms: float = 0.0,
     settle_s: float = 5.0,
 ) -> list[dict[str, Any]]:
-    """Both phases, benign first, and the verdict."""
+    """``rounds`` of both phases, benign first, alternating (this machine's
+    speed drifts: pooled over alternating rounds, a drift hits both), then
+    one ``hostile`` summary per phase and the verdict."""
     limits = await _limits(ws_url)
     lines: list[dict[str, Any]] = [{"kind": "hostile_limits", **limits}]
+    rss_idle = rss_mib(server_pid)
+    canaries: dict[str, list[dict[str, Any]]] = {"benign": [], "hostile": []}
+    rounds_of: dict[str, list[dict[str, Any]]] = {"benign": [], "hostile": []}
+    for _ in range(max(1, rounds)):
+        for phase in ("benign", "hostile"):
+            phase_lines = await _phase(
+                phase,
+                ws_url,
+                http_base,
+                phase_s=phase_s,
+                every_s=every_s,
+                server_pid=server_pid,
+                voice=voice,
+                prebuffer_ms=prebuffer_ms,
+                settle_s=settle_s,
+            )
+            lines.extend(phase_lines)
+            canaries[phase] += [m for m in phase_lines if m["kind"] == "hostile_canary"]
+            rounds_of[phase].append(phase_lines[-1])
     summaries: dict[str, dict[str, Any]] = {}
-    for phase in ("benign", "hostile"):
-        phase_lines = await _phase(
-            phase,
-            ws_url,
-            http_base,
-            phase_s=phase_s,
-            every_s=every_s,
-            server_pid=server_pid,
-            voice=voice,
-            prebuffer_ms=prebuffer_ms,
-            settle_s=settle_s,
-        )
-        lines.extend(phase_lines)
-        summaries[phase] = phase_lines[-1]
+    for phase, canary in canaries.items():
+        peaks = [r["rss_peak_mib"] for r in rounds_of[phase] if r["rss_peak_mib"] is not None]
+        summaries[phase] = {
+            **_canary_summary(canary),
+            "kind": "hostile",
+            "phase": phase,
+            "rounds": len(rounds_of[phase]),
+            "rss_idle_mib": rss_idle,
+            "rss_peak_mib": max(peaks) if peaks else None,
+            "largest_work_item": rounds_of[phase][-1]["largest_work_item"],
+        }
+        lines.append(summaries[phase])
     lines.append(verdict(summaries["benign"], summaries["hostile"], limits.get("max_work_item")))
     return lines

@@ -465,6 +465,7 @@ async def _load(
             server.http_base,
             phase_s=args.hostile_phase_s,
             every_s=args.hostile_every_s,
+            rounds=args.hostile_rounds,
             server_pid=server.pid,
             voice=args.voice,
             prebuffer_ms=args.prebuffer_ms,
@@ -696,6 +697,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hostile-every-s", type=float, default=3.0, help="hostile: the canary speaks this often"
+    )
+    parser.add_argument(
+        "--hostile-rounds",
+        type=int,
+        default=2,
+        help="hostile: rounds of both phases, alternating (pooled per phase)",
     )
     parser.add_argument(
         "--server-pid",

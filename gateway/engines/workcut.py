@@ -21,8 +21,10 @@ words an engine times in them are found in the segment's text in order.
 
 Pure: no engine, no I/O; ``measure`` is called on clauses and words, each
 about once (pieces are packed by the sum of their parts' measures, plus
-one for each space between them).  The sum is what the engine checks too
-(an engine measures the piece it runs and cuts again if it is over).
+one for each space between them); each piece is then measured whole and,
+if it came out over (a measure need not add up: espeak reads a word in
+context), cut again, tighter.  So every piece measures within the limit,
+joined, unless it is a single character.
 """
 
 from __future__ import annotations
@@ -51,7 +53,24 @@ def cut_text(text: str, limit: int, measure: Measure) -> list[str]:
         return []
     if measure(text) <= limit:
         return [text]
-    return _cut(text, limit, measure, level=0)
+    return [
+        fit for piece in _cut(text, limit, measure, level=0) for fit in _fit(piece, limit, measure)
+    ]
+
+
+def _fit(piece: str, limit: int, measure: Measure) -> list[str]:
+    """``piece`` as packed (its parts' measures summed within ``limit``),
+    cut again tighter where it measures over the limit joined (espeak reads
+    a word differently in context), until every piece is within."""
+    if len(piece) <= 1 or measure(piece) <= limit:
+        return [piece]
+    budget = limit
+    while budget > 1:
+        budget = max(1, budget * 7 // 8)
+        parts = _cut(piece, budget, measure, level=0)
+        if len(parts) > 1:
+            return [fit for part in parts for fit in _fit(part, limit, measure)]
+    return _halve(piece, limit, measure)
 
 
 def _split(text: str, pattern: re.Pattern[str]) -> list[str]:

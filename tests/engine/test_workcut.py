@@ -110,3 +110,18 @@ def test_words_are_never_cut_when_a_word_fits(words: list[str]) -> None:
     for piece in pieces:
         assert all(w in words for w in piece.split())
         assert len(piece) <= 30
+
+
+def lumpy(text: str) -> int:
+    """A measure that does not add up: a text measures more whole than its
+    words apart (espeak reads words in context)."""
+    return symbols(text) + len(text.split()) // 3
+
+
+@given(
+    text=st.text(alphabet=st.sampled_from("ab*., ;"), max_size=300),
+    limit=st.integers(1, 60),
+)
+def test_pieces_fit_whole_even_when_the_measure_does_not_add_up(text: str, limit: int) -> None:
+    for piece in cut_text(text, limit, lumpy):
+        assert lumpy(piece) <= limit or len(piece) == 1

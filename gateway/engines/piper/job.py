@@ -70,7 +70,7 @@ class Workers:
     others_starting: Callable[[DeliveredJob], int]
     #: the most phonemes one acoustic call reads (``piper.max_item_phonemes``):
     #: a segment over it is spoken as pieces, one after another
-    max_phonemes: int = 400
+    max_phonemes: int = 200
     #: records each acoustic call's phonemes (the engine's largest work item)
     work_item: Callable[[int], None] = lambda _: None
 
@@ -197,14 +197,11 @@ class PiperSegment:
         run_options = self._run_options
         phonemes = voice.phonemize(self.text)
         limit = self._workers.max_phonemes
-        budget = limit
-        while len(phonemes) > limit and budget >= 8:  # bounded work: speak it as pieces
-            pieces = cut_text(self.text, budget, lambda s: len(voice.phonemize(s)))
-            if len(pieces) < 2:
-                break  # one character over the limit: nothing smaller to run
-            self.text, self._rest = pieces[0], (*pieces[1:], *self._rest)
-            phonemes = voice.phonemize(self.text)
-            budget = budget * 7 // 8  # joined, a piece measured over: cut tighter
+        if len(phonemes) > limit:  # bounded work per item: speak it as pieces
+            pieces = cut_text(self.text, limit, lambda s: len(voice.phonemize(s)))
+            if len(pieces) > 1:  # (a single character over the limit: nothing smaller)
+                self.text, self._rest = pieces[0], (*pieces[1:], *self._rest)
+                phonemes = voice.phonemize(self.text)
         self._workers.work_item(len(phonemes))
         ids, spans = alignment.phoneme_id_spans(phonemes, voice.config.phoneme_id_map)
         if not any(s is not None for s in spans):

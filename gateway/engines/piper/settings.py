@@ -48,7 +48,7 @@ class PiperSettings(Section, forbid_unknown_fields=True, kw_only=True):
     #: the most phonemes one acoustic call reads (bounded work per item,
     #: ``docs/engine.md``): a segment whose engine text phonemizes to more is
     #: spoken as pieces cut at clause, then word boundaries
-    max_item_phonemes: int = 400
+    max_item_phonemes: int = 200
 
     def __post_init__(self) -> None:
         check(
