@@ -473,3 +473,29 @@ def test_first_chunks_merge_when_other_utterances_start(joe: LoadedVoice) -> Non
     decoder = joe.vocoder.open(latent.shape[1])
     merged = np.concatenate([decoder.decode_chunk(latent, w) for w in joe.plan(latent.shape[1], 2)])
     assert snr_db(joe.vocoder.decode(latent), merged) >= 60
+
+
+def test_a_first_sentence_already_speaking_is_no_longer_starting(tmp_path: Path) -> None:
+    """Only utterances with no audio yet count as starting (they make a new
+    utterance's first chunk a merged one).  A long first sentence still
+    speaking counted for as long as it spoke: beside issue 28's hostile
+    neighbour every canary's first audio came a merged chunk later."""
+    from gateway.engines.base import SegmentStats
+
+    eng = PiperEngine(Settings(data_dir=str(tmp_path), piper=PiperSettings(device="cpu")))
+
+    class FakeJob:
+        def __init__(self, first: bool, samples: int) -> None:
+            self.first_in_utterance = first
+            self.stats = SegmentStats(audio_samples=samples)
+
+        def on_done(self, hook: object) -> None:
+            pass
+
+    def job(first: bool, samples: int) -> DeliveredJob:
+        return FakeJob(first, samples)  # type: ignore[return-value]
+
+    speaking, starting, later = job(True, 22_050), job(True, 0), job(False, 0)
+    for other in (speaking, starting, later):
+        eng._live.add(other)
+    assert eng._others_starting(job(True, 0)) == 1  # `starting` alone

@@ -219,9 +219,17 @@ class PiperEngine(Engine):
         self._workers.acoustic.put(AcousticItem(segment))
 
     def _others_starting(self, job: DeliveredJob) -> int:
-        """Other live jobs that open an utterance: sessions starting at the
-        same time (a session's own prefetched sentences never open one)."""
-        return sum(1 for o in self._live.snapshot() if o is not job and o.first_in_utterance)
+        """Other live jobs that open an utterance and have no audio yet:
+        sessions starting at the same time (a session's own prefetched
+        sentences never open one; a long first sentence still speaking,
+        its first chunk long delivered, is no longer starting: counted, it
+        made every new session's first chunk a merged, later one for as
+        long as it spoke, issue 28's hostile neighbour)."""
+        return sum(
+            1
+            for o in self._live.snapshot()
+            if o is not job and o.first_in_utterance and not o.stats.audio_samples
+        )
 
     def live_jobs(self) -> int:
         return len(self._live)
