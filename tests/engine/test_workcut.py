@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.engines.workcut import cut_text
+from gateway.engines.workcut import cut_ahead, cut_text
 
 
 def chars(text: str) -> int:
@@ -125,3 +125,40 @@ def lumpy(text: str) -> int:
 def test_pieces_fit_whole_even_when_the_measure_does_not_add_up(text: str, limit: int) -> None:
     for piece in cut_text(text, limit, lumpy):
         assert lumpy(piece) <= limit or len(piece) == 1
+
+
+@given(
+    text=st.text(alphabet=st.sampled_from("ab*., ;"), max_size=400),
+    limit=st.integers(1, 40),
+    window=st.integers(2, 120),
+)
+def test_cut_ahead_looks_at_a_window_and_leaves_the_rest(
+    text: str, limit: int, window: int
+) -> None:
+    """The first pieces fit, and with the rest they are the whole text in
+    order; cutting the rest in turn ends (each call takes at least one piece)."""
+    seen: list[str] = []
+    rest = text
+    for _ in range(len(text) + 1):
+        pieces, rest = cut_ahead(rest, limit, lumpy, window)
+        assert pieces or not rest.strip()
+        for piece in pieces:
+            assert lumpy(piece) <= limit or len(piece) == 1
+        seen += pieces
+        if not rest:
+            break
+    assert not rest
+    assert "".join("".join(p.split()) for p in seen) == "".join(text.split())
+
+
+def test_cut_ahead_of_a_long_alias_measures_a_window_not_the_text() -> None:
+    calls: list[str] = []
+
+    def counting(text: str) -> int:
+        calls.append(text)
+        return chars(text)
+
+    text = " ".join([ALIAS] * 40)  # about 3,000 characters
+    pieces, rest = cut_ahead(text, 50, counting)
+    assert pieces and rest and all(len(p) <= 50 for p in pieces)
+    assert sum(len(c) for c in calls) < 3 * 4 * 50  # a few windows' worth, not 3,000

@@ -37,7 +37,7 @@ from gateway.engines.delivery import DeliveredJob
 from gateway.engines.piper import alignment, loudness
 from gateway.engines.piper.acoustic import Encoded, LatentWindow, plan_flow_windows
 from gateway.engines.piper.threads import ThreadPlan
-from gateway.engines.workcut import cut_text
+from gateway.engines.workcut import cut_ahead, cut_text
 from gateway.vocoders.stateful import ChunkWindow
 
 if TYPE_CHECKING:
@@ -81,6 +81,8 @@ class _Piece:
 
     text: str
     rest: tuple[str, ...]  #: the pieces after it
+    tail: str  #: after them, the segment's text not cut yet
+    uncut: bool  #: ``text`` is such a tail (may be over the limit)
     deadline: float  #: when its audio plays (the previous piece's end)
     offset_ms: float  #: its audio's start in the segment's audio
     lead_s: float | None  #: the segment's ``_lead_s``
@@ -109,6 +111,8 @@ class PiperSegment:
         self._deterministic = deterministic
         self.text = job.text if piece is None else piece.text
         self._rest: tuple[str, ...] = () if piece is None else piece.rest
+        self._tail = "" if piece is None else piece.tail
+        self._uncut = piece is not None and piece.uncut
         self._deadline = job.segment.deadline if piece is None else piece.deadline
         self._first = job.first_in_utterance and piece is None
         self._offset_ms = 0.0 if piece is None else piece.offset_ms
@@ -195,13 +199,23 @@ class PiperSegment:
     def _acoustic_head(self) -> None:
         voice = self.voice
         run_options = self._run_options
-        phonemes = voice.phonemize(self.text)
         limit = self._workers.max_phonemes
-        if len(phonemes) > limit:  # bounded work per item: speak it as pieces
-            pieces = cut_text(self.text, limit, lambda s: len(voice.phonemize(s)))
-            if len(pieces) > 1:  # (a single character over the limit: nothing smaller)
-                self.text, self._rest = pieces[0], (*pieces[1:], *self._rest)
-                phonemes = voice.phonemize(self.text)
+        # a tail not cut yet is cut at once, never phonemized whole (it may be
+        # long: the cut looks at a window of it, ``workcut.cut_ahead``)
+        phonemes = [] if self._uncut else voice.phonemize(self.text)
+        if self._uncut or len(phonemes) > limit:  # bounded work: speak it as pieces
+
+            def measure(text: str) -> int:
+                return len(voice.phonemize(text))
+
+            if self._rest:  # a piece cut before, over joined (rare): cut it whole
+                pieces = cut_text(self.text, limit, measure)
+                self._rest = (*pieces[1:], *self._rest)
+            else:
+                pieces, self._tail = cut_ahead(self.text, limit, measure)
+                self._rest = tuple(pieces[1:])
+            self.text = pieces[0]
+            phonemes = voice.phonemize(self.text)
         self._workers.work_item(len(phonemes))
         ids, spans = alignment.phoneme_id_spans(phonemes, voice.config.phoneme_id_map)
         if not any(s is not None for s in spans):
@@ -305,12 +319,14 @@ class PiperSegment:
     def _start_next(self, frames: int) -> None:
         """Queue the next piece's acoustic work (this piece has ``frames``
         latent frames): due before this piece's audio ends."""
-        if not self._rest or self._next is not None or self.job.finished:
+        if not (self._rest or self._tail) or self._next is not None or self.job.finished:
             return
         audio_ms = frames * self.voice.hop_length * 1000 / self.voice.sample_rate
         piece = _Piece(
-            text=self._rest[0],
+            text=self._rest[0] if self._rest else self._tail,
             rest=self._rest[1:],
+            tail=self._tail if self._rest else "",
+            uncut=not self._rest,
             deadline=self.due(frames),
             offset_ms=self._offset_ms + audio_ms,
             lead_s=self._lead_s,
@@ -321,7 +337,7 @@ class PiperSegment:
     def _end(self, frames: int) -> None:
         """This piece's audio is all delivered: the next piece may decode,
         or the segment is complete."""
-        if not self._rest:
+        if not (self._rest or self._tail):
             self.job.finish()
             return
         self._start_next(frames)
