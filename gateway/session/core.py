@@ -754,8 +754,8 @@ class Session:
         ``alignment`` in utterance time if the client asked for timestamps."""
         utt, segment = item.utterance, item.segment
         mapped = segment.set_words(words)
-        if not utt.config.timestamps:
-            return []
+        if not utt.config.timestamps or not mapped:
+            return []  # (a later piece's words all inside a client word timed already)
         return [
             protocol.Alignment(
                 context_id=item.context.id,
