@@ -119,8 +119,9 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     max_utterance_chars: int = 20_000
     #: engine text per utterance (or HTTP request) once the front-end has
     #: expanded it (aliases, numbers and symbols read out): past it the rest
-    #: is refused with ``text_too_long`` (``docs/text.md``, "Bounded work")
-    max_utterance_engine_chars: int = 60_000
+    #: is refused with ``text_too_long`` (``docs/text.md``, "Bounded work");
+    #: 0: three times ``max_utterance_chars`` (``engine_chars_budget``)
+    max_utterance_engine_chars: int = 0
     max_contexts: int = 8
     max_sessions: int = 64
     #: sessions per client address: as many as the server holds, so one
@@ -195,8 +196,9 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
             (self.max_input_text_bytes >= 1, "max_input_text_bytes must be >= 1"),
             (self.max_utterance_chars >= 1, "max_utterance_chars must be >= 1"),
             (
-                self.max_utterance_engine_chars >= self.max_utterance_chars,
-                "max_utterance_engine_chars must be >= max_utterance_chars",
+                self.max_utterance_engine_chars == 0
+                or self.max_utterance_engine_chars >= self.max_utterance_chars,
+                "max_utterance_engine_chars must be 0 or >= max_utterance_chars",
             ),
             (self.max_contexts >= 1, "max_contexts must be >= 1"),
             (self.max_sessions >= 1, "max_sessions must be >= 1"),
@@ -244,6 +246,13 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir).expanduser()
+
+    @property
+    def engine_chars_budget(self) -> int:
+        """``max_utterance_engine_chars`` in force (0: three times
+        ``max_utterance_chars``: ordinary text reads about 1.1 times its
+        length, numbers read out up to 9 times)."""
+        return self.max_utterance_engine_chars or 3 * self.max_utterance_chars
 
     @property
     def alias_table(self) -> dict[str, str]:

@@ -93,7 +93,7 @@ def spoken_segments(state: GatewayState, plan: SpeechPlan) -> list[SpokenSegment
         ) from None
     if tail is not None:
         spoken.append(tail)
-    budget = EngineTextBudget(state.settings.max_utterance_engine_chars)
+    budget = EngineTextBudget(state.settings.engine_chars_budget)
     if not all(budget.take(s) for s in spoken):
         raise GatewayError(ErrorCode.TEXT_TOO_LONG, f"`input`: {budget.message}", param="input")
     return [s for s in spoken if s.text.strip() or s.pauses]

@@ -215,7 +215,7 @@ class Session:
             config_timeout_s=s.config_timeout_s,
             idle_timeout_s=s.idle_timeout_s,
             stall_timeout_s=s.stall_timeout_s,
-            max_utterance_engine_chars=s.max_utterance_engine_chars,
+            max_utterance_engine_chars=s.engine_chars_budget,
             max_segment_chars=s.max_segment_chars,
             max_pronunciation_chars=MAX_SPOKEN_CHARS,
             max_work_item=capabilities.max_work_item or None,
@@ -475,7 +475,7 @@ class Session:
             options=self.clone_options,
             first_text_at=time.monotonic(),
             frontend=self._new_frontend(),
-            engine_budget=EngineTextBudget(self.settings.max_utterance_engine_chars),
+            engine_budget=EngineTextBudget(self.settings.engine_chars_budget),
         )
         self.utterances_started += 1
         ctx.utterance = utt
