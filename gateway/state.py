@@ -84,7 +84,6 @@ class GatewayState:
                 s.max_active_streams or FIXED_ACTIVE_STREAMS,
                 s.admission_queue_length,
                 s.admission_deadline_s,
-                per_holder=s.max_streams_per_session,
             ),
             self.metrics.admission("ws"),
         )

@@ -21,15 +21,15 @@ the stream sends.  To stop a stream's work the core asks the stream
 The reader never waits on synthesis: ``cancel`` and ``playback`` are
 handled while audio is being produced.
 
-Admission (``gateway.flow.admission``): an utterance's first committed
-segment asks the server's gate for a stream slot.  Granted at once, its
-segments go to the stream; otherwise the utterance is *committed, waiting
-for a slot*: its segments wait here (``_waiting``) and more text is accepted
-meanwhile.  The gate's decision is an event the endpoint delivers
-(``slot_event``): a grant hands the waiting segments to the stream; a
-refusal past the deadline answers ``busy`` with ``retry_after_ms`` and
-reports the utterance as not spoken (``audio.cancelled``, ``session.done``
-``cancelled``).
+Admission (``gateway.flow.admission``): a session is admitted once, at its
+first committed text, and keeps its admission until it ends: none of its
+utterances is refused or cut for capacity afterwards.  Until the door lets
+it in, its committed segments wait here (``_waiting``) and more text is
+accepted meanwhile.  The gate's decision is an event the endpoint delivers
+(``slot_event``): a grant hands the waiting segments to the streams; a
+refusal past the deadline answers ``busy`` with ``retry_after_ms`` before
+any audio and reports the text as not spoken (``audio.cancelled``,
+``session.done`` ``cancelled``).
 
 Lifecycle: ``OPEN`` (after ``session.created``) -> ``CLOSING`` (close asked,
 error or disconnect: work is being cancelled) -> ``CLOSED``.  An illegal
@@ -154,9 +154,14 @@ class Session:
         self.lexicon = lexicon
         #: whom admission's fairness counts this session as (address or agent key)
         self.client = client
-        #: stream-slot tickets of utterances with committed text (granted or waiting)
-        self._tickets: dict[Utterance, Ticket] = {}
-        #: utterances committed and waiting for a slot: their context and segments
+        #: the session's admission (``_take_slot``): waiting at the door or granted
+        self._door: Ticket | None = None
+        #: the most utterances of this session streaming at once (``max_streams_per_session``)
+        self._share = settings.max_streams_per_session
+        #: utterances streaming (committed text being synthesized, queued or sent)
+        self._holding: set[Utterance] = set()
+        #: utterances committed and waiting (for the door, or for the session's
+        #: share): their context and segments, in commit order
         self._waiting: dict[Utterance, tuple[Context, list[QueuedSegment]]] = {}
         #: the endpoint's delivery of a slot decision (``Connection.slot_decided``);
         #: it calls ``slot_event`` and performs the actions.  None: applied here,
@@ -549,36 +554,46 @@ class Session:
             return
         utt.reading = asyncio.ensure_future(_finish_after(pending, utt))
 
-    # --- stream slots (``max_active_streams``, ``max_streams_per_session``) --
-    # An utterance holds one slot while it has committed text being
-    # synthesized or queued (segments in its stream): asked for when a segment
-    # is committed (waiting in the admission queue if none is free), given
-    # back when its last committed segment ends (the next commit asks again)
-    # or when it is cancelled.  Text still in the segmenter holds none, so
-    # idle, unfinished utterances block nobody.
+    # --- admission: the door, then the session's share -------------------
+    # A session is admitted once, at its first committed text (``_door``: a
+    # ticket of the server's gate, ``max_active_streams`` counting admitted
+    # sessions); it keeps its admission until it ends, so none of its
+    # utterances, contexts or re-asks is ever refused or cut for capacity.
+    # A session that finds the door closed waits in the gate's bounded queue
+    # (its segments wait here, in ``_waiting``, and more text is accepted
+    # meanwhile); past the deadline it is answered ``busy`` before any of its
+    # audio.  Inside an admitted session, ``max_streams_per_session`` utterances
+    # (all its contexts together) stream at once; more wait here for one of
+    # the session's own to end: the share delays, never refuses.  An
+    # utterance streams (``holds_slot``) while committed text of it is being
+    # synthesized, queued or sent; text still in the segmenter holds nothing.
+    @property
+    def admitted(self) -> bool:
+        return self._door is not None and self._door.state == "granted"
+
+    def speaking(self) -> bool:
+        """Some utterance of this session is streaming or waiting to (the
+        capacity follower counts admitted sessions that speak)."""
+        return bool(self._holding or self._waiting)
+
     def _slot_refusal(self, utt: Utterance | None) -> str | None:
-        """Why a commit for ``utt`` could not get or wait for a slot now (None: it can)."""
-        if utt is not None and utt in self._tickets:
+        """Why a commit could not be admitted or wait at the door now (None: it can)."""
+        if self._door is not None:
             return None
-        return self.admission.refusal(self)
+        return self.admission.refusal()
 
     def _check_slot(self, utt: Utterance | None, what: str) -> None:
-        """Refuse (``busy``) text for an utterance that holds no slot when
-        none is free for it: that text could not be committed."""
+        """Refuse (``busy``) text of a session that is not admitted when the
+        door is closed and its queue full (or the server drains): that text
+        could not be committed."""
         refusal = self._slot_refusal(utt)
         if refusal is not None:
             raise self._busy(refusal, what)
 
     def _busy(self, refusal: str, what: str, waited_s: float | None = None) -> GatewayError:
         """The ``busy`` error of a ``refusal``; ``waited_s``: the time a
-        refused utterance waited in the queue first."""
+        refused session waited at the door first."""
         retry = self.admission.queue.retry_after_s
-        if refusal == "share":
-            return GatewayError(
-                ErrorCode.BUSY,
-                f"this session is streaming its share of {self.admission.per_holder}"
-                f" utterances at once (max_streams_per_session); {what}, retry when one ends",
-            )
         if refusal == "draining":
             return GatewayError(
                 ErrorCode.BUSY,
@@ -589,33 +604,41 @@ class Session:
         if refusal == "deadline":
             return GatewayError(
                 ErrorCode.BUSY,
-                f"no stream slot came free within {self.admission.queue.deadline_s:g} s"
-                f" (all {self.admission.limit} in use); {what}, retry after retry_after_ms",
+                f"the server is full: no conversation ended within"
+                f" {self.admission.queue.deadline_s:g} s (all {self.admission.limit} admitted"
+                f" sessions are speaking); {what}, retry after retry_after_ms or connect to"
+                " another server",
                 retry_after_s=retry,
                 waited_s=waited_s,
             )
         return GatewayError(
             ErrorCode.BUSY,
-            f"all {self.admission.limit} stream slots are in use and the admission queue is"
-            f" full; {what}, retry after retry_after_ms",
+            f"the server is full ({self.admission.limit} sessions admitted) and its admission"
+            f" queue is full; {what}, retry after retry_after_ms or connect to another server",
             retry_after_s=retry,
         )
 
     def _take_slot(self, ctx: Context, utt: Utterance) -> None:
-        if utt in self._tickets:
+        if utt.holds_slot or utt in self._waiting:
             return
-        ticket = self.admission.ask(self.client, self, notify=self._slot_decided)
-        if ticket.state == "refused":
-            # callers checked ``_slot_refusal`` first in the same call, so this
-            # cannot happen; if it ever did, the work goes on uncounted rather
-            # than losing text
-            self.log.warning("committed text without a stream slot")
-            return
-        self._tickets[utt] = ticket
-        if ticket.state == "granted":
-            utt.holds_slot = True
+        if self._door is None:
+            ticket = self.admission.ask(self.client, self, notify=self._slot_decided)
+            if ticket.state == "refused":
+                # callers checked ``_slot_refusal`` first in the same call, so
+                # this cannot happen; if it ever did, the work goes on
+                # uncounted rather than losing text
+                self.log.warning("committed text without admission")
+                self._hold(utt)
+                return
+            self._door = ticket
+        if self.admitted and len(self._holding) < self._share:
+            self._hold(utt)
         else:
             self._waiting[utt] = (ctx, [])
+
+    def _hold(self, utt: Utterance) -> None:
+        utt.holds_slot = True
+        self._holding.add(utt)
 
     def _slot_decided(self, ticket: Ticket) -> None:
         if self.slot_listener is not None:
@@ -624,31 +647,60 @@ class Session:
             self.slot_event(ticket)
 
     def slot_event(self, ticket: Ticket) -> list[Action]:
-        """The admission gate decided a waiting ticket: on a grant the waiting
-        segments go to the stream; on a refusal (deadline) the utterance is
-        answered ``busy`` and reported as not spoken."""
-        utt = next((u for u, t in self._tickets.items() if t is ticket), None)
-        if utt is None or utt not in self._waiting or self.state is not State.OPEN:
+        """The gate decided the session's waiting ticket: on a grant the
+        waiting segments go to their streams; on a refusal (deadline,
+        draining) every waiting utterance is answered ``busy`` and reported
+        as not spoken (nothing of this session was spoken yet)."""
+        if ticket is not self._door or self.state is not State.OPEN:
             return []  # withdrawn meanwhile (cancel, close): nothing waits for it
-        ctx, segments = self._waiting.pop(utt)
         if ticket.state == "granted":
-            utt.holds_slot = True
-            utt.admission_wait_ms = ticket.waited_s * 1000
+            for utt in self._waiting:
+                utt.admission_wait_ms = ticket.waited_s * 1000
+            self._promote()
+            return []
+        self._door = None
+        assert ticket.refusal is not None
+        error = self._busy(ticket.refusal, "this utterance was not spoken", ticket.waited_s)
+        actions: list[Action] = []
+        refused: dict[Context, list[Utterance]] = {}
+        for utt, (ctx, _) in list(self._waiting.items()):
+            refused.setdefault(ctx, []).append(utt)
+        self._waiting.clear()
+        for ctx, utterances in refused.items():
+            actions += self.report_error(error, ctx.id)
+            actions += self._cancel_utterances(ctx, utterances)
+        return actions
+
+    def _promote(self) -> None:
+        """Admitted: waiting utterances stream, in commit order, as the share allows."""
+        if not self.admitted:
+            return
+        for utt in list(self._waiting):
+            if len(self._holding) >= self._share:
+                return
+            ctx, segments = self._waiting.pop(utt)
+            self._hold(utt)
             stream = self._stream_for(ctx)
             for segment in segments:
                 stream.enqueue(segment)
-            return []
-        del self._tickets[utt]
-        assert ticket.refusal is not None
-        error = self._busy(ticket.refusal, "this utterance was not spoken", ticket.waited_s)
-        return [*self.report_error(error, ctx.id), *self._cancel_utterances(ctx, [utt])]
 
     def _release_slot(self, utt: Utterance) -> None:
+        """``utt`` streams no more (its committed text is spoken, or it was
+        cancelled): the session's share frees; its admission stays."""
         utt.holds_slot = False
+        self._holding.discard(utt)
         self._waiting.pop(utt, None)
-        ticket = self._tickets.pop(utt, None)
-        if ticket is not None:
-            self.admission.release(ticket)
+        if self._door is not None and self._door.state == "waiting" and not self._waiting:
+            # nothing waits at the door any more (cancelled): leave the queue
+            self.admission.release(self._door)
+            self._door = None
+        self._promote()
+
+    def _leave(self) -> None:
+        """The session ends: its admission goes back to the gate."""
+        if self._door is not None:
+            self.admission.release(self._door)
+            self._door = None
 
     def _stream_for(self, ctx: Context) -> AudioStream:
         utt = ctx.utterance
@@ -945,6 +997,7 @@ class Session:
     async def shutdown(self) -> None:
         """Stop every task and engine job of this session."""
         self.connection_lost()
+        self._waiting.clear()
         for ctx in self.contexts:
             ctx.cancel_segment_timer()
             live = [*ctx.pending, *ctx.awaiting_report]
@@ -955,8 +1008,9 @@ class Session:
             ctx.utterance = None
             ctx.pending = []
             ctx.awaiting_report = []
-        for utt in list(self._tickets):
+        for utt in list(self._holding):
             self._release_slot(utt)
+        self._leave()
         await asyncio.gather(*(s.stop() for s in self.streams()), return_exceptions=True)
         if self.state is not State.CLOSED:
             self._transition(State.CLOSED)
