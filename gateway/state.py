@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gateway.engines.base import Engine
 from gateway.engines.throughput import realtime_streams
@@ -36,6 +36,13 @@ class LiveSession(Protocol):
     async def begin_drain(self) -> None: ...
 
     async def close(self, code: int, reason: str) -> None: ...
+
+
+@runtime_checkable
+class Speaker(Protocol):
+    """An admitted session, as the door's follower reads it (``Session``)."""
+
+    def speaking(self) -> bool: ...
 
 
 class RateLimiter:
@@ -70,7 +77,7 @@ class GatewayState:
     connection_rates: dict[str, RateLimiter] = field(default_factory=dict)
     #: the server's pronunciation lexicon (``lexicon_file``), read at start
     lexicon: Lexicon = ()
-    #: utterances streaming at once over WebSockets (``max_active_streams``)
+    #: WebSocket sessions admitted at once (``max_active_streams``): the door
     admission: AdmissionGate = field(init=False)
     #: HTTP speech responses in progress (``max_http_streams``)
     http_admission: AdmissionGate = field(init=False)
@@ -92,11 +99,24 @@ class GatewayState:
             self.metrics.admission("http"),
         )
 
+    def speaking_sessions(self) -> int:
+        """Admitted WebSocket sessions that speak now (``Session.speaking``)."""
+        return sum(
+            1
+            for holder in self.admission.queue.holders()
+            if isinstance(holder, Speaker) and holder.speaking()
+        )
+
+    def door_full(self) -> bool:
+        """The door is closed: a new conversation would wait (or be refused)."""
+        gate = self.admission
+        return gate.active >= gate.limit or gate.depth > 0
+
     async def start_automatic_admission(self) -> asyncio.Task[None] | None:
-        """Measure the engine and follow its load with the WebSocket slots
+        """Measure the engine and follow its load with the door
         (``max_active_streams = 0``, ``gateway.flow.capacity``).  None for an
-        engine that reports no lateness: the slots are then its declared
-        ``max_concurrency``, or ``FIXED_ACTIVE_STREAMS``."""
+        engine that reports no lateness: the door then admits its declared
+        ``max_concurrency`` sessions, or ``FIXED_ACTIVE_STREAMS``."""
         engine, gate = self.engine, self.admission
         if engine.take_lateness() is None:
             if engine.capabilities.max_concurrency:
@@ -105,17 +125,27 @@ class GatewayState:
         policy = capacity.CapacityPolicy(ceiling=self.settings.max_sessions)
         self.measured_streams = await realtime_streams(engine)
         engine.take_lateness()  # the probe's own work is not load
-        controller = capacity.SlotController(
-            capacity.seed_limit(self.measured_streams, policy), policy
+        controller = capacity.DoorController(
+            capacity.seed_capacity(self.measured_streams, policy), policy
         )
+        self.metrics.report_door(controller.capacity, controller.limit, None, 0, 0.0)
         log.info(
-            "automatic admission: %.1f real-time streams measured, starting at %d slots (up to %d)",
+            "automatic admission: %.1f real-time streams measured, capacity %.1f streams,"
+            " the door admits %d sessions to start (up to %d)",
             self.measured_streams,
+            controller.capacity,
             controller.limit,
             policy.ceiling,
         )
+
+        def report(door: capacity.DoorController, speaking: int) -> None:
+            self.metrics.report_door(
+                door.capacity, door.limit, door.slack_p10, speaking, door.share
+            )
+
         return asyncio.create_task(
-            capacity.follow(gate, engine.take_lateness, controller), name="admission-capacity"
+            capacity.follow(gate, engine.take_lateness, self.speaking_sessions, controller, report),
+            name="admission-capacity",
         )
 
     async def drain(self) -> None:

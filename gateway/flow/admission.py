@@ -3,8 +3,8 @@
 One mechanism for both surfaces: a ``SlotQueue`` counts admitted WebSocket
 sessions (``max_active_streams``: a session is admitted once, at its first
 committed text, and keeps its slot until it ends; ``gateway.session.core``)
-and another HTTP speech responses (``max_http_streams``).  In front of the slots sits a bounded queue with a
-deadline: a request that finds every slot taken waits (at most
+and another HTTP speech responses (``max_http_streams``).  In front of the
+slots sits a bounded queue with a deadline: a request that finds every slot taken waits (at most
 ``admission_queue_length`` requests wait per surface, each at most
 ``admission_deadline_s``) rather than being refused at once; past the
 deadline, with the queue full or while the server drains, it is refused
@@ -218,7 +218,6 @@ class SlotQueue:
         self._depth -= 1
         if not queue:
             del self._waiting[ticket.client]
-
 
 
 class AdmissionMetrics(Protocol):
