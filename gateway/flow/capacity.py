@@ -88,9 +88,11 @@ class CapacityPolicy:
     #: the most sessions the door admits (the app passes ``max_sessions``)
     ceiling: int = 64
     #: 10th-percentile slack below this: more speaks than the machine serves
-    tight_s: float = 0.1
-    #: 10th-percentile slack above this: room for more
-    ample_s: float = 0.3
+    tight_s: float = 0.04
+    #: 10th-percentile slack above this: room for more (Piper's work runs
+    #: 0.12-0.17 s ahead of its listener at the 10th percentile with one
+    #: conversation speaking: its decode is paced by the listener's buffer)
+    ample_s: float = 0.09
     #: slack samples the percentile is read over
     window: int = 48
     #: no decision on fewer samples than this
@@ -167,8 +169,9 @@ class DoorController:
             _percentile(self._slack, 0.1) if len(self._slack) >= p.min_samples else None
         )
         if self.slack_p10 is not None:
-            if self.slack_p10 < p.tight_s and now - self._cut_at >= p.hold_s:
-                speaking_now = max(self.speaking, float(speaking))
+            speaking_now = max(self.speaking, float(speaking))
+            if self.slack_p10 < p.tight_s and now - self._cut_at >= p.hold_s and speaking_now >= 1:
+                # (with nobody speaking, the late work was of sessions gone)
                 self.capacity = max(float(p.floor), min(self.capacity, speaking_now) * p.cut_factor)
                 self._cut_at = now
                 self._slack.clear()

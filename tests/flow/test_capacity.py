@@ -75,6 +75,11 @@ Step = tuple[float, Lateness, int, int, int, int]
         ),
         pytest.param(
             4.0,
+            [(0.0, TIGHT, 0, 0, 0, 4), (3.0, TIGHT, 0, 0, 0, 4)],
+            id="no cut while nobody speaks (the late work was of sessions gone)",
+        ),
+        pytest.param(
+            4.0,
             [(0.0, slack(*[0.2] * 10), 4, 4, 5, 4), (3.0, slack(*[0.2] * 10), 4, 4, 5, 4)],
             id="between the thresholds it holds (hysteresis)",
         ),
