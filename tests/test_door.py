@@ -6,7 +6,6 @@ any of its audio; ``/readyz/conversations`` says when the door is closed."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 
 import httpx
@@ -38,15 +37,20 @@ async def _knock(url: str) -> Transcript:
         return await recv_until(ws, Transcript(), limit_s=60)
 
 
-def _door(server: RunningServer) -> httpx.Response:
-    return httpx.get(server.http + "/readyz/conversations", timeout=10)
+async def _get(server: RunningServer, path: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as client:
+        return await client.get(server.http + path)
+
+
+async def _door(server: RunningServer) -> httpx.Response:
+    return await _get(server, "/readyz/conversations")
 
 
 async def test_an_admitted_conversation_is_never_refused_beside_a_flood(
     server_factory: Callable[..., RunningServer],
 ) -> None:
     server = server_factory(max_active_streams=2, admission_deadline_s=0.5)
-    assert _door(server).json()["status"] == "ready"
+    assert (await _door(server)).json()["status"] == "ready"
     async with await open_ws(server.ws_url) as agent:
         await agent.recv()
         await send(agent, type="session.config", framing="tagged", **STREAM)
@@ -96,15 +100,15 @@ async def test_a_full_door_says_so_until_a_conversation_ends(
         await send(a, type="input.done")
         await recv_until(a, Transcript(), limit_s=60)
         # the reply is spoken, the conversation goes on: the door stays closed
-        full = _door(server)
+        full = await _door(server)
         assert full.status_code == 503
         assert full.json() == {"status": "full", "admitted": 1, "limit": 1, "waiting": 0}
-        assert httpx.get(server.http + "/readyz", timeout=10).status_code == 200
+        assert (await _get(server, "/readyz")).status_code == 200
         waiting = asyncio.create_task(_knock(server.ws_url))
         async with asyncio.timeout(20):
             while server.state.admission.depth != 1:
                 await asyncio.sleep(0.01)
-        assert _door(server).json()["waiting"] == 1
+        assert (await _door(server)).json()["waiting"] == 1
         await send(a, type="input.text", text="Still mine.")
         await send(a, type="input.done")
         t = await recv_until(a, Transcript(), limit_s=60)
@@ -117,7 +121,7 @@ async def test_a_full_door_says_so_until_a_conversation_ends(
     async with asyncio.timeout(10):
         while server.state.admission.active:
             await asyncio.sleep(0.02)
-    assert _door(server).status_code == 200
-    metrics = httpx.get(server.http + "/metrics", timeout=10).text
+    assert (await _door(server)).status_code == 200
+    metrics = (await _get(server, "/metrics")).text
     assert 'gateway_admission_refused_total{reason="deadline",surface="ws"}' not in metrics
-    assert json.loads(_door(server).text)["admitted"] == 0
+    assert (await _door(server)).json()["admitted"] == 0
