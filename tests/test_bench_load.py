@@ -70,6 +70,7 @@ async def test_overload_reports_how_long_each_refusal_waited_in_the_queue(
     assert summary["kind"] == "overload"
     assert (summary["admitted"], summary["busy"], summary["busy_with_retry_advice"]) == (1, 2, 2)
     assert summary["busy_refused_at_once"] == 0 and summary["other_errors"] == []
+    assert summary["busy_after_audio"] == 0
     refused = [line for line in lines if line["kind"] == "overload_session" and line["busy"]]
     assert all(300 <= line["queue_waited_ms"] < 3000 for line in refused)
     assert summary["busy_queue_waited_ms"]["n"] == 2

@@ -217,6 +217,9 @@ async def overload(
             # first cut): what the queue deadline bounds
             "busy_queue_waited_ms": summarize(m.get("queue_waited_ms") for m in busy),
             "busy_refused_at_once": sum(1 for m in busy if m.get("queue_waited_ms") is None),
+            # the door answers before any audio: a refusal after audio would
+            # be a conversation cut for capacity
+            "busy_after_audio": sum(1 for m in busy if m.get("bytes")),
             "other_errors": sorted({str(m["error"])[:120] for m in other}),
             "rss_mib": {
                 "idle_before": rss_idle,
