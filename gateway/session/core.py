@@ -876,7 +876,7 @@ class Session:
             " (played_ms) as audio plays, or use flow_control realtime",
         )
         actions = [*self.report_error(error, ctx.id), *self.cancel(ctx.id)]
-        return [a for a in actions if not isinstance(a, Close | AnswerVoiceRequest)]
+        return [a for a in actions if not isinstance(a, Close | CloseWhenDone | AnswerVoiceRequest)]
 
     def cancelled_audio_ended(
         self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
