@@ -172,3 +172,15 @@ async def test_text_never_flushed_is_reported_unspoken(piper_server: RunningServ
     assert report["played_ms"] == report["sent_ms"] > 0
     done = t.of("session.done")[0]
     assert done["cancelled"] is True and done["total_sentences"] == 1
+
+
+async def test_voice_requests_are_answered_before_the_close(piper_server: RunningServer) -> None:
+    """A voice request sent before session.close gets its answer first."""
+    async with await _configured(piper_server) as ws:
+        await send(ws, type="voice.list", request_id="before-close")
+        await send(ws, type="session.close")
+        t = Transcript()
+        assert await _until_closed(ws, t) == 1000
+    (result,) = t.of("voice.list.result")
+    assert result["request_id"] == "before-close"
+    assert any(v["name"] == "joe" for v in result["voices"])

@@ -143,6 +143,9 @@ class Connection:
             MAX_WAITING_VOICE_REQUESTS
         )
         self._voice_task: asyncio.Task[None] | None = None
+        #: voice requests accepted and not yet answered (queued or being
+        #: answered): a polite close waits for their answers
+        self._unanswered = 0
         #: deliveries of admission decisions still sending (at most one per
         #: waiting utterance: bounded by ``max_contexts``)
         self._slot_deliveries: set[asyncio.Task[None]] = set()
@@ -171,6 +174,7 @@ class Connection:
         """Hand ``request`` to the answering task; a refusal when too many wait."""
         try:
             self._voice_requests.put_nowait(request)
+            self._unanswered += 1
         except asyncio.QueueFull:
             error = GatewayError(
                 ErrorCode.BUSY,
@@ -192,6 +196,7 @@ class Connection:
                     await self._answer(request)
                 finally:
                     self._voice_requests.task_done()
+                    self._unanswered -= 1
         except ConnectionGone:
             return
         finally:
@@ -202,6 +207,7 @@ class Connection:
             while not self._voice_requests.empty():
                 self._voice_requests.get_nowait()
                 self._voice_requests.task_done()
+                self._unanswered -= 1
 
     async def _answer(self, request: VoiceRequest) -> None:
         try:
@@ -261,13 +267,14 @@ class Connection:
         await self.perform(self.session.begin_drain())
 
     async def finishing_close(self) -> bool:
-        """After ``session.close``: close (1000) once nothing is left to speak,
-        or at ``drain_timeout_s``, when ``close`` cancels and reports the
-        rest.  True while the session goes on finishing."""
+        """After ``session.close``: close (1000) once nothing is left to speak
+        and every voice request is answered, or at ``drain_timeout_s``, when
+        ``close`` cancels and reports the rest.  True while the session goes
+        on finishing."""
         if self.close_when_done is None:
             return False
         deadline, code, reason = self.close_when_done
-        if self.busy() and time.monotonic() < deadline:
+        if (self.busy() or self._unanswered) and time.monotonic() < deadline:
             return True
         await self.close(code, reason)
         return False
