@@ -7,7 +7,8 @@ round-trips every message class found here.
 
 Compatibility policy (see the docs): within a major ``PROTOCOL_VERSION`` the
 gateway only adds messages and optional fields; clients ignore what they do
-not know.
+not know.  A major bump changes a documented meaning (2.0.0: ``session.close``
+finishes what was flushed before it closes).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from gateway.errors import ErrorCode, GatewayError
 
-PROTOCOL_VERSION = "1.4.0"
+PROTOCOL_VERSION = "2.0.0"
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "mulaw", "alaw"]
 ResponseFormat = Literal["wav", "pcm"]
@@ -113,7 +114,8 @@ class Ping(_Message, tag="ping", kw_only=True):
 
 
 class SessionClose(_Message, tag="session.close"):
-    pass
+    """End the session politely (since 2.0.0): what was flushed is spoken,
+    then the close; ``cancel`` first to stop at once."""
 
 
 #: a client's id for a ``voice.*`` request, echoed in its result or error

@@ -151,6 +151,8 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     config_timeout_s: float = 10.0
     idle_timeout_s: float = 30.0
     stall_timeout_s: float = 10.0
+    #: how long a shutdown, and a WebSocket ``session.close``, may spend
+    #: finishing what was flushed before the rest is cancelled and reported
     drain_timeout_s: float = 10.0
     # --- HTTP API -------------------------------------------------------------
     #: OpenAI voice names and the installed voice each speaks with

@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 #: the start's measurement
 FIXED_ACTIVE_STREAMS = 20
 
+#: how often a drain looks whether its sessions still have work (a
+#: shutdown's ``GatewayState.drain``, a ``session.close`` in the endpoint's
+#: reader): many streams, no single event to wait on
+DRAIN_POLL_S = 0.05
+
 
 class LiveSession(Protocol):
     """What a shutdown needs of an open WebSocket session
@@ -163,9 +168,8 @@ class GatewayState:
                 await session.begin_drain()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.settings.drain_timeout_s):
-                # many sessions' streams, no single event to wait on: poll
                 while any(s.busy() for s in self.live_sessions):  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)
+                    await asyncio.sleep(DRAIN_POLL_S)
         await asyncio.gather(
             *(s.close(CloseCode.GOING_AWAY, "server shutdown") for s in list(self.live_sessions)),
             return_exceptions=True,

@@ -173,7 +173,7 @@ async def test_unknown_voice_in_first_config_keeps_the_defaults(
 async def test_session_created_and_updated(piper_server: RunningServer) -> None:
     ws, created = await _session(piper_server)
     async with ws:
-        assert created["protocol_version"].startswith("1.")
+        assert created["protocol_version"].startswith("2.")
         voices = created["voices"]
         assert any(v["name"] == "joe" and v["language"] == "en-US" for v in voices)
         caps = created["capabilities"]  # the engine's own declaration

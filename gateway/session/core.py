@@ -31,9 +31,13 @@ refusal past the deadline answers ``busy`` with ``retry_after_ms`` before
 any audio and reports the text as not spoken (``audio.cancelled``,
 ``session.done`` ``cancelled``).
 
-Lifecycle: ``OPEN`` (after ``session.created``) -> ``CLOSING`` (close asked,
+Lifecycle: ``OPEN`` (after ``session.created``) -> ``CLOSING`` (close,
 error or disconnect: work is being cancelled) -> ``CLOSED``.  An illegal
-transition raises at once.
+transition raises at once.  ``session.close`` (since protocol 2.0.0) first
+*finishes* while still ``OPEN`` (``begin_drain(closing=True)``, the same
+drain as a server shutdown's): no new utterance starts, what was committed is
+spoken, and the route closes once nothing is left or ``drain_timeout_s``
+passed (``CloseWhenDone``); ``cancel`` and ``playback`` are read meanwhile.
 """
 
 from __future__ import annotations
@@ -101,7 +105,17 @@ class AnswerVoiceRequest:
     request: VoiceRequest
 
 
-Action = protocol.ServerMessage | Close | AnswerVoiceRequest
+@dataclass(frozen=True)
+class CloseWhenDone:
+    """``session.close``: close with ``code`` once the session has nothing
+    left to speak (``busy`` is false), or after ``drain_timeout_s``
+    (``Close`` then cancels and reports the rest); keep reading meanwhile."""
+
+    code: int
+    reason: str
+
+
+Action = protocol.ServerMessage | Close | CloseWhenDone | AnswerVoiceRequest
 
 
 def _unclosed_error(context_id: str | None, problem: FrontEndError) -> protocol.Error:
@@ -177,6 +191,9 @@ class Session:
         self.clone_options: Mapping[str, object] = {}
         #: the server is shutting down: no new utterance starts
         self.draining = False
+        #: ``session.close`` was received: no new utterance starts, the
+        #: committed text is being spoken before the close
+        self.closing = False
         self.contexts = Contexts(settings.max_contexts, self._context_live)
         self.utterances_started = 0
         self.log = SessionLog(log, {"session": self.id})
@@ -304,7 +321,12 @@ class Session:
             case protocol.Ping(id=ping_id):
                 return [protocol.Pong(id=ping_id)]
             case protocol.SessionClose():
-                return [Close(CloseCode.NORMAL, "session.close")]
+                if self.closing:
+                    return []  # already finishing: the first close decides
+                return [
+                    *self.begin_drain(closing=True),
+                    CloseWhenDone(CloseCode.NORMAL, "session.close"),
+                ]
             case protocol.VoiceList() | protocol.VoiceAdd() | protocol.VoiceRemove():
                 return [AnswerVoiceRequest(message)]
             case _:
@@ -459,6 +481,12 @@ class Session:
         self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
 
     def _start_utterance(self, ctx: Context) -> Utterance:
+        if self.closing:
+            raise GatewayError(
+                ErrorCode.INVALID_STATE,
+                "session.close was received: the session is finishing what was flushed"
+                " and then closes; this text was not accepted, open a new session for it",
+            )
         if self.draining:
             raise GatewayError(
                 ErrorCode.BUSY,
@@ -875,6 +903,9 @@ class Session:
             if self._has_work_for(utt, ctx):
                 break
             ctx.pending.pop(0)
+            if utt.unsent_text:  # ended by session.close with text never flushed
+                messages += self._report_unflushed(ctx, utt)
+                continue
             self._release_slot(utt)
             if utt.unclosed is not None:  # SSML left open at the end
                 messages.append(_unclosed_error(ctx.id, utt.unclosed))
@@ -897,7 +928,7 @@ class Session:
             " (played_ms) as audio plays, or use flow_control realtime",
         )
         actions = [*self.report_error(error, ctx.id), *self.cancel(ctx.id)]
-        return [a for a in actions if not isinstance(a, Close | AnswerVoiceRequest)]
+        return [a for a in actions if not isinstance(a, Close | CloseWhenDone | AnswerVoiceRequest)]
 
     def cancelled_audio_ended(
         self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
@@ -928,16 +959,49 @@ class Session:
                 messages += self._cancel_utterances(ctx, utterances)
         return messages
 
-    def begin_drain(self) -> list[Action]:
-        """Server shutdown: utterances still accepting text (no ``input.done``)
-        are cancelled and reported; those that received ``input.done`` go on;
-        no new utterance starts."""
-        self.draining = True
+    def begin_drain(self, *, closing: bool = False) -> list[Action]:
+        """No new utterance starts; those that received ``input.done`` go on.
+
+        Server shutdown: utterances still accepting text (no ``input.done``)
+        are cancelled and reported.  ``closing`` (``session.close``): they
+        end instead, as at ``input.done`` but without its flush: what was
+        committed (``input.flush``, cuts) is spoken, and the text still in
+        the segmenter is reported unspoken after it (``_report_unflushed``)."""
+        if closing:
+            self.closing = True
+        else:
+            self.draining = True
         messages: list[Action] = []
         for ctx in self.contexts:
-            if ctx.utterance is not None:
+            if ctx.utterance is None:
+                continue
+            if closing:
+                messages += self._end_unflushed(ctx)
+            else:
                 messages += self._cancel_utterances(ctx, [ctx.utterance])
         return messages
+
+    def _end_unflushed(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """End the context's open utterance for ``session.close``: its
+        committed segments go on; the text never committed is set aside."""
+        utt = ctx.utterance
+        assert utt is not None
+        ctx.cancel_segment_timer()
+        utt.unsent_text = ctx.policy.discard().strip()
+        utt.done_received = True  # no more text: the engine's input stream may end
+        self._stream_for(ctx).close_if_complete(utt)
+        ctx.utterance = None
+        ctx.pending.append(utt)
+        ctx.policy.end_utterance()
+        return self.segment_dequeued(ctx)
+
+    def _report_unflushed(self, ctx: Context, utt: Utterance) -> list[protocol.ServerMessage]:
+        """An utterance ended by ``session.close`` has spoken all it committed:
+        the cancel report, with everything sent counted as heard (nothing was
+        interrupted) and the text never flushed as ``unspoken_text``."""
+        self.metrics.cancels.inc()
+        self._release_slot(utt)
+        return cancel_report(ctx.id, [utt], utt.flow_offset_ms + utt.sent_ms, "sent_ms")
 
     def _cancel_utterances(self, ctx: Context, utterances: list[Utterance]) -> list[Action]:
         """Stop these utterances of a context: their queued segments, their

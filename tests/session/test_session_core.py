@@ -24,7 +24,7 @@ from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
 from gateway.session.audio_stream import QueuedSegment
 from gateway.session.cancel_report import cancel_report, heard_position
-from gateway.session.core import AnswerVoiceRequest, Close, Session, State
+from gateway.session.core import AnswerVoiceRequest, Close, CloseWhenDone, Session, State
 from gateway.session.utterance import Utterance
 from gateway.session.voice_requests import VoiceDesk
 from gateway.voices.store import VoiceStore
@@ -568,7 +568,9 @@ async def test_voice_requests_go_to_the_route(h: Harness, tmp_path: Path) -> Non
 
 async def test_ping_close_and_errors(h: Harness) -> None:
     assert h.handle(protocol.Ping(id=7)) == [protocol.Pong(id=7)]
-    assert h.handle(protocol.SessionClose()) == [Close(CloseCode.NORMAL, "session.close")]
+    # protocol 2.0.0: the close waits for what was flushed (none here)
+    assert h.handle(protocol.SessionClose()) == [CloseWhenDone(CloseCode.NORMAL, "session.close")]
+    assert h.handle(protocol.SessionClose()) == []  # the first close decides
     refused = h.session.report_error(
         GatewayError(ErrorCode.UNKNOWN_VOICE, "no"),
         request_id="x",
@@ -587,6 +589,46 @@ async def test_drain_cancels_open_utterances_and_refuses_new_ones(h: Harness) ->
     assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone]
     error = _error(h.handle(protocol.InputText(text="more", context_id="b")))
     assert error.code == ErrorCode.BUSY
+
+
+async def test_close_speaks_what_was_committed_and_reports_the_rest_unspoken(
+    h: Harness,
+) -> None:
+    """session.close (2.0.0): an utterance with input.done is spoken whole;
+    an open one speaks what input.flush committed, then reports the text
+    never flushed as unspoken; no new utterance starts."""
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="Finished one. Finished two.", context_id="done"))
+    h.handle(protocol.InputDone(context_id="done"))
+    h.handle(protocol.InputText(text="flushed part", context_id="open"))
+    h.handle(protocol.InputFlush(context_id="open"))
+    h.handle(protocol.InputText(text=" never flushed", context_id="open"))
+    actions = h.handle(protocol.SessionClose())
+    assert actions == [CloseWhenDone(CloseCode.NORMAL, "session.close")]  # audio in flight
+    assert h.session.busy()
+    refused = _error(h.handle(protocol.InputText(text="too late", context_id="open")))
+    assert refused.code == ErrorCode.INVALID_STATE and not refused.fatal
+    assert "session.close" in refused.message
+    await h.out.wait_for(protocol.SessionDone, 2)
+    done = {e.context_id: e for e in h.out.events if isinstance(e, protocol.SessionDone)}
+    assert not done["done"].cancelled and done["done"].total_sentences == 2
+    assert done["open"].cancelled and done["open"].total_sentences == 1
+    (report,) = [e for e in h.out.events if isinstance(e, protocol.AudioCancelled)]
+    assert report.context_id == "open" and report.position_source == "sent_ms"
+    assert report.spoken_text == "flushed part" and report.unspoken_text == "never flushed"
+    assert report.played_ms == report.sent_ms > 0
+    started = [e.sentence_text for e in h.out.events if isinstance(e, protocol.AudioStart)]
+    assert sorted(started) == ["Finished one.", "Finished two.", "flushed part"]
+    assert not h.session.busy() and h.admission.active == 0
+
+
+async def test_close_reports_text_never_flushed_at_once(h: Harness) -> None:
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="still typing"))
+    actions = h.handle(protocol.SessionClose())
+    assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone, CloseWhenDone]
+    assert actions[0].unspoken_text == "still typing" and actions[0].spoken_text == ""
+    assert actions[1].cancelled and not h.session.busy()
 
 
 def test_every_client_message_is_dispatched() -> None:
