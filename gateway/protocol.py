@@ -317,7 +317,7 @@ class UtteranceMetrics(msgspec.Struct, kw_only=True):
     compute_ms: float  #: engine time (acoustic + decode)
     compute_rtf: float  #: compute_ms / audio_ms
     sentences: int
-    #: time its first committed segment waited for a stream slot (protocol
+    #: time its first committed segment waited at the door (protocol
     #: 1.3); part of ``first_audio_ms``
     admission_wait_ms: float = 0.0
 
@@ -362,8 +362,9 @@ class Error(_Message, tag="error", kw_only=True):
     action: str | None = None
     #: the ``request_id`` of the ``voice.*`` request that was refused
     request_id: RequestId = None
-    #: on ``busy``: milliseconds to wait before retrying, for an utterance
-    #: refused a stream slot (protocol 1.3) or a sentence no engine server
+    #: on ``busy``: milliseconds to wait before retrying, for a session
+    #: refused at the door (protocol 1.3; since 2.0 only before any of its
+    #: audio) or a sentence no engine server
     #: could take now (HTTP's ``Retry-After``)
     retry_after_ms: int | None = None
     #: on ``busy`` for an utterance that waited in the admission queue and

@@ -129,15 +129,16 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     max_messages_per_second: int = 100
     #: new connections per minute per client address
     max_connections_per_minute: int = 120
-    #: utterances streaming at once across the server; beyond it they wait
-    #: in the admission queue (docs/configuration.md, "Sizing admission").
-    #: 0: automatic, measured at start and following the engine's load
-    #: (``gateway.flow.capacity``)
+    #: WebSocket sessions admitted at once (the door: a session is admitted
+    #: at its first committed text and keeps its place until it ends); beyond
+    #: it new sessions wait in the admission queue (docs/configuration.md,
+    #: "Sizing admission").  0: automatic, sized from what conversations cost
+    #: on this machine (``gateway.flow.capacity``)
     max_active_streams: int = 0
-    #: of those, the most one WebSocket session may hold at once (a slot is
-    #: held only while committed text is synthesized or queued)
+    #: utterances of one admitted session synthesized at once (all its
+    #: contexts); more wait for the session's own, never refused
     max_streams_per_session: int = 4
-    #: requests (utterances, HTTP responses) that may wait for a slot, per
+    #: requests (sessions at the door, HTTP responses) that may wait, per
     #: surface; beyond it ``busy`` at once (0: no queue, refuse when full)
     admission_queue_length: int = 64
     #: the longest a request waits for a slot before ``busy`` (with retry advice)

@@ -21,7 +21,7 @@ from gateway.ws.outbound import ConnectionGone
 
 log = logging.getLogger(__name__)
 
-#: the WebSocket slots of ``max_active_streams = 0`` (automatic) for an engine
+#: the door (sessions admitted) of ``max_active_streams = 0`` (automatic) for an engine
 #: whose load the gateway cannot follow (``gateway.flow.capacity``), and until
 #: the start's measurement
 FIXED_ACTIVE_STREAMS = 20

@@ -529,7 +529,7 @@ class Session:
     def _enqueue(self, ctx: Context, texts: list[str]) -> None:
         """Commit segments of the client's text: the front-end reads each
         (``_read``); it goes to the context's stream, or waits with its
-        utterance for a stream slot."""
+        utterance for the door or the session's share."""
         utt = ctx.utterance
         if not texts or utt is None:
             return

@@ -90,9 +90,9 @@ class Utterance:
     reading: asyncio.Future[None] | None = None
     _located: int = 0  #: end of the last segment found in ``source_text``
     _frontend_chars: int = 0  #: characters handed to the front-end so far
-    #: holds a ``max_active_streams`` slot: it has committed text being
-    #: synthesized or queued (``Session._take_slot``; committed text waiting
-    #: for a slot is the session core's ``_waiting``)
+    #: streams: it has committed text being synthesized or queued, within its
+    #: session's ``max_streams_per_session`` (``Session._take_slot``;
+    #: committed text waiting for the door or the share is the core's ``_waiting``)
     holds_slot: bool = False
     unsent_text: str = ""  #: text discarded from the segmenter by a cancel
     sent_ms: float = 0.0  #: audio sent so far
@@ -103,7 +103,7 @@ class Utterance:
     first_audio_at: float | None = None
     compute_ms: float = 0.0
     queue_ms: float | None = None
-    #: its first committed segment waited this long for a stream slot
+    #: its first committed segment waited this long at the door
     admission_wait_ms: float = 0.0
 
     def metrics(self) -> protocol.UtteranceMetrics:
