@@ -266,7 +266,7 @@ def interpret(words: str, kind: str, fmt: str = "mdy") -> str | None:
 
 def _date(body: str, fmt: str) -> str | None:
     parts = re.split(r"[-/.]", body)
-    if not all(p.isdigit() for p in parts) or len(parts) != len(fmt):
+    if not all(p.isdecimal() for p in parts) or len(parts) != len(fmt):
         return None
     values = dict(zip(fmt, (int(p) for p in parts), strict=True))
     month, day, yr = values.get("m"), values.get("d"), values.get("y")
