@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from gateway.text.frontend import InputFormat, hold_back
+from gateway.text.frontend.ssml import MAX_TAG
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
@@ -104,8 +105,11 @@ _CLUSTER_SSML: Final = re.compile(r"<break\b[^<>]*>|" + _CLUSTER.pattern, re.IGN
 _CLUSTERS: Final = {"markdown": _CLUSTER_MD, "ssml": _CLUSTER_SSML}
 # A Markdown line that is a block of its own, and the start of one.
 _BLOCK_LINE: Final = re.compile(
-    r" {0,3}(?:#{1,6}(?:\s|$)|[-*+]\s|\d{1,9}[.)]\s|>|\||```|~~~|[-*_=]{3,}\s*$)"
+    r" {0,3}(?:#{1,6}(?:\s|$)|[-*+]\s|\d{1,9}[.)]\s|>|\||```|~~~|[-*_=]{3,}\s*$"
+    r"|\[[^\]\n]{1,200}\]:)"
 )
+# A link reference definition (``[1]: https://...``): silent, and one piece.
+_REF_DEF: Final = re.compile(r" {0,3}\[[^\]\n]{1,200}\]:")
 _BLOCK_LOOKAHEAD: Final = 12
 _SPEAKABLE: Final = re.compile(r"[^\W_]")  # a letter or a digit, any script
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
@@ -248,10 +252,34 @@ def _unless_held(cut: int, hold: int) -> int | None:
     return cut if cut <= hold else None
 
 
-def _in_table_row(text: str, i: int) -> bool:
-    """Whether ``text[i]`` is on a Markdown table row (a line starting ``|``)."""
+def _in_one_piece_line(text: str, i: int) -> bool:
+    """Whether ``text[i]`` is on a Markdown table row (a line starting ``|``)
+    or a link reference definition: lines read as one piece."""
     line = text.rfind("\n", 0, i) + 1
-    return text[line : line + 4].lstrip(" ")[:1] == "|"
+    return text[line : line + 4].lstrip(" ")[:1] == "|" or _REF_DEF.match(text, line) is not None
+
+
+_ENTITY_MAX: Final = 10  # ``&#x10FFFF;``
+
+
+def _ssml_open_at(body: str, cap: int) -> int | None:
+    """SSML: where the tag or character reference that a cut at ``cap`` would
+    split begins, or None when a cut there splits neither."""
+    start: int | None = None
+    lt = body.rfind("<", 0, cap)
+    if lt >= 0 and body.find(">", lt, cap) < 0:
+        start = lt
+    amp = body.rfind("&", max(0, cap - _ENTITY_MAX), cap)
+    if amp >= 0 and body.find(";", amp, cap) < 0 and not body[amp + 1 : amp + 2].isspace():
+        start = amp if start is None else min(start, amp)
+    return start
+
+
+def _ssml_markup_end(body: str) -> int | None:
+    """SSML: the end of the tag or reference that starts ``body``, or None
+    while it has not ended (within :data:`MAX_TAG` characters)."""
+    end = body.find(">" if body[0] == "<" else ";", 0, MAX_TAG if body[0] == "<" else _ENTITY_MAX)
+    return None if end < 0 else end + 1
 
 
 def _token_before(text: str, s: int) -> str:
@@ -366,7 +394,7 @@ class Segmenter:
                 continue  # punctuation that is no boundary here (``Dr.``, ``e.g.,``)
             if self._cut_ok(body, i, final=False) != _CUT:
                 continue
-            if self._format == "markdown" and _in_table_row(body, i):
+            if self._format == "markdown" and _in_one_piece_line(body, i):
                 continue
             kind = self._word_kind(body, i)
             if kind is not None:
@@ -558,7 +586,7 @@ class Segmenter:
         is_clause = last in _CLAUSE
         if is_clause and not clause_ok:
             return _NO
-        if self._format == "markdown" and _in_table_row(body, s):
+        if self._format == "markdown" and _in_one_piece_line(body, s):
             return _NO  # a table row is read as one piece
         if self._format == "ssml" and body.rfind("<", 0, s) > body.rfind(">", 0, s):
             return _NO  # inside a tag (an attribute value)
@@ -648,6 +676,19 @@ class Segmenter:
     def _cap_cut(self, body: str, *, final: bool) -> int | None:
         """A cut at or before the cap, for ``len(body) > max_chars``."""
         cap = self._max
+        if self._format == "ssml":
+            markup = _ssml_open_at(body, cap)
+            if markup == 0:
+                # a tag or reference longer than the cap starts the text: the
+                # cut is right after it, once it has ended (a tag that does not
+                # end within MAX_TAG characters is cut by the cap, and refused)
+                end = _ssml_markup_end(body)
+                if end is not None:
+                    return end
+                if not final and len(body) <= MAX_TAG:
+                    return None
+            elif markup is not None:
+                cap = markup  # never inside a tag or a character reference
         for i in range(cap, 0, -1):
             if _is_break_space(body[i]):
                 if self._format != "plain" and hold_back(body[:i], self._format) < i:
@@ -657,6 +698,8 @@ class Segmenter:
                     return None
                 if ok == _CUT:
                     return i
+        if cap < self._max:
+            return cap  # no whitespace before the tag or reference: before it
         # No whitespace: cut at the cap, keeping graphemes whole.
         if self._peek(body, cap, final=final) is None:
             return None

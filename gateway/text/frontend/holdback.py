@@ -22,6 +22,7 @@ __all__ = ["WINDOW", "hold_back"]
 #: span loses its markup silently).
 WINDOW: Final = 200
 
+_REF_DEF: Final = re.compile(r" {0,3}\[[^\]\n]{1,200}\]:")
 _RUN: Final = re.compile(r"\*{1,3}|_{1,3}|~~|`{1,10}")
 _SSML_HELD: Final = re.compile(r"<(say-as|sub)\b[^<>]{0,300}>", re.IGNORECASE)
 
@@ -44,6 +45,8 @@ def hold_back(text: str, input_format: InputFormat) -> int:
 def _markdown(text: str, lo: int, n: int) -> int:
     line = text.rfind("\n", lo, n) + 1
     start = max(lo, line)
+    if (line > 0 or lo == 0) and _REF_DEF.match(text, line, n) is not None:
+        return line  # a link reference definition: silent, and one piece
     held = n
     open_code: tuple[int, int] | None = None
     openers: list[tuple[str, int, int]] = []

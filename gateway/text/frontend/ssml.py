@@ -27,11 +27,12 @@ from typing import Final
 from gateway.text.frontend.normalize.en_words import MONTHS, cardinal, digits, ordinal, year
 from gateway.text.frontend.pieces import Piece
 
-__all__ = ["MAX_BREAK_MS", "MAX_DEPTH", "SsmlError", "SsmlReader"]
+__all__ = ["MAX_BREAK_MS", "MAX_DEPTH", "MAX_TAG", "SsmlError", "SsmlReader"]
 
 MAX_DEPTH: Final = 32
 MAX_BREAK_MS: Final = 10_000
-_MAX_TAG: Final = 1000
+#: The longest tag read (a longer one is refused).
+MAX_TAG: Final = 1000
 
 _START: Final = re.compile(
     r"<([A-Za-z][\w:.-]{0,40})((?:\s{1,40}[\w:.-]{1,40}\s{0,40}=\s{0,40}(?:\"[^\"<]{0,500}\"|'[^'<]{0,500}')){0,20})\s{0,40}(/?)>"
@@ -95,7 +96,7 @@ class SsmlReader:
                 break
             close = text.find(">", lt)
             if close < 0:
-                if len(lead) + n - lt > _MAX_TAG:
+                if len(lead) + n - lt > MAX_TAG:
                     raise SsmlError("a tag longer than 1000 characters", lt, out)
                 self.partial = lead + text[lt:]
                 out.append(Piece("", lt, n))
