@@ -16,8 +16,12 @@ What is read how (``docs/text.md`` has the table and examples):
   reference definitions (``[1]: https://...``) are silent;
 * fenced code blocks: silent, fences included (a code block is not read
   aloud);
-* tables: the header row and the separator row are silent; each body row is
-  read as ``Header: cell, Header: cell.``;
+* tables: the separator row is silent; the header row is silent and each of
+  the first :data:`MAX_NAMED_ROWS` body rows is read as ``Header: cell,
+  Header: cell.``; later rows are read without the names (``cell, cell.``).
+  A header longer than :data:`MAX_HEADER_CHARS` is read once, as a row, and
+  no row repeats it: a table's reading is at most ``MAX_NAMED_ROWS *
+  MAX_HEADER_CHARS`` characters longer than its text;
 * horizontal rules and setext underlines: silent;
 * HTML tags and comments: silent, except the engine's own tags
   (``keep_tags``), which pass through verbatim.
@@ -41,7 +45,12 @@ from typing import Final
 
 from gateway.text.frontend.pieces import Piece
 
-__all__ = ["MarkdownReader"]
+__all__ = ["MAX_HEADER_CHARS", "MAX_NAMED_ROWS", "MarkdownReader"]
+
+#: Body rows of a table read with their header names; later rows without.
+MAX_NAMED_ROWS: Final = 20
+#: A header whose names together are longer than this is read once, not per row.
+MAX_HEADER_CHARS: Final = 100
 
 _FENCE: Final = re.compile(r" {0,3}(`{3,}|~{3,})")
 _HEADING: Final = re.compile(r"( {0,3}#{1,6})(?:[ \t]{1,40}|$)")
@@ -83,6 +92,7 @@ class MarkdownReader:
     keep_tags: frozenset[str] = frozenset()
     fence: str | None = None
     table_header: list[str] | None = None
+    table_rows: int = 0  # body rows of the open table read so far
     open_emphasis: list[str] = field(default_factory=list)
 
     def read(self, segment: str) -> list[Piece]:
@@ -179,17 +189,26 @@ class MarkdownReader:
             out.append(Piece("", start, end))
             return
         cells = _cells(text, start, end)
+        names: list[str] = []
         if self.table_header is None:
-            self.table_header = [_plain(text[s:e]) for s, e in cells]
-            out.append(Piece("", start, end))
-            return
+            header = [_plain(text[s:e]) for s, e in cells]
+            self.table_rows = 0
+            if sum(map(len, header)) <= MAX_HEADER_CHARS:
+                self.table_header = header
+                out.append(Piece("", start, end))
+                return
+            self.table_header = []  # too long to repeat: read once, as a row
+        elif self.table_rows < MAX_NAMED_ROWS:
+            names = self.table_header
+        if self.table_header:
+            self.table_rows += 1
         cursor = start
         spoken_any = False
         for i, (s, e) in enumerate(cells):
             if not text[s:e].strip():
                 continue
             out.append(Piece("", cursor, s))
-            name = self.table_header[i] if i < len(self.table_header) else ""
+            name = names[i] if i < len(names) else ""
             prefix = (", " if spoken_any else "") + (f"{name}: " if name else "")
             if prefix:
                 out.append(Piece(prefix, s, s, copied=False, frozen=True))
