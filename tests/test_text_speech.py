@@ -391,9 +391,7 @@ def test_batch_items_take_the_text_controls(
 
 # --- issue 28: readings that were an HTTP 500 or a false invalid_ssml ---------------
 
-SUPERSCRIPT_SSML = (
-    '<speak>One. <say-as interpret-as="digits">1\u00b2</say-as> two. Three.</speak>'
-)
+SUPERSCRIPT_SSML = '<speak>One. <say-as interpret-as="digits">1\u00b2</say-as> two. Three.</speak>'
 LONG_ALIAS = "World Wide Web " * 20
 LONG_SSML = [
     "<speak>" + "&#x4E2D;&#x6587;" * 30 + " ok.</speak>",

@@ -59,7 +59,6 @@ from gateway.text.frontend.ssml import MAX_TAG
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
-    "EMOTION_TAGS",
     "GRANULARITIES",
     "Candidate",
     "CandidateKind",
@@ -144,25 +143,20 @@ _PHRASE_STARTERS: Final = _word_set(
     " since until unless whereas if then that before after"
 )
 
-# Emotion tags of expressive speech models (Orpheus: ``<laugh>``, ...): kept
-# whole, never cut from the words before them.
-EMOTION_TAGS: Final = (
-    "<laugh>",
-    "<chuckle>",
-    "<sigh>",
-    "<cough>",
-    "<sniffle>",
-    "<groan>",
-    "<yawn>",
-    "<gasp>",
-)
-_TAG: Final = re.compile("|".join(re.escape(tag) for tag in EMOTION_TAGS))
-_TAG_MAX: Final = max(len(tag) for tag in EMOTION_TAGS)
 
+class _MarkupTags:
+    """The engine's own inline tags (``Capabilities.markup_tags``: Orpheus'
+    ``<laugh>``, ...): kept whole, never cut from the words before them, not
+    counted as words.  Text to every other engine."""
 
-def _may_be_tag(word: str) -> bool:
-    """``word`` starts with an emotion tag, or with the beginning of one."""
-    return any(tag.startswith(word[: len(tag)]) for tag in EMOTION_TAGS)
+    def __init__(self, tags: tuple[str, ...]) -> None:
+        self.tags = tags
+        self.pattern = re.compile("|".join(re.escape(tag) for tag in tags) or r"(?!)")
+        self.longest = max(map(len, tags), default=0)
+
+    def may_begin(self, word: str) -> bool:
+        """``word`` starts with a tag, or with the beginning of one."""
+        return any(tag.startswith(word[: len(tag)]) for tag in self.tags)
 
 
 _CUT: Final = 0
@@ -303,9 +297,12 @@ class Segmenter:
         *,
         max_chars: int = DEFAULT_MAX_CHARS,
         input_format: InputFormat | None = None,
+        markup_tags: tuple[str, ...] = (),
     ) -> None:
         """``input_format`` (``markdown``, ``ssml``, ``plain``): cuts keep
-        that format's constructs whole; None (the default) is ``plain``."""
+        that format's constructs whole; None (the default) is ``plain``.
+        ``markup_tags``: the engine's own inline tags (its capabilities'
+        ``markup_tags``), each kept whole with the words before it."""
         if granularity not in GRANULARITIES:
             raise ValueError(
                 f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}"
@@ -316,6 +313,7 @@ class Segmenter:
         self._max = max_chars
         self._format: InputFormat = input_format or "plain"
         self._cluster = _CLUSTERS.get(self._format, _CLUSTER)
+        self._tags = _MarkupTags(tuple(markup_tags))
         self._buf = ""
         self._emitted = False  # a segment of the current utterance has left
 
@@ -328,6 +326,10 @@ class Segmenter:
     @property
     def input_format(self) -> InputFormat:
         return self._format
+
+    @property
+    def markup_tags(self) -> tuple[str, ...]:
+        return self._tags.tags
 
     @property
     def buffered(self) -> str:
@@ -476,11 +478,11 @@ class Segmenter:
             self._buf = buf[end:]
             self._emitted = True
 
-    @staticmethod
-    def _words(body: str, end: int) -> int:
-        """Spoken words before ``end`` (an emotion tag is not one)."""
+    def _words(self, body: str, end: int) -> int:
+        """Spoken words before ``end`` (an engine tag is not one)."""
+        tag = self._tags.pattern
         return sum(
-            1 for word in body[:end].split() if is_speakable(word) and not _TAG.fullmatch(word)
+            1 for word in body[:end].split() if is_speakable(word) and not tag.fullmatch(word)
         )
 
     def _word_kind(self, body: str, i: int) -> CandidateKind | None:
@@ -502,8 +504,13 @@ class Segmenter:
         if before[-1:].isdigit() and after[:1].isdigit():
             return None  # 3 000, 12 34: possibly one number
         complete = k < len(body)
-        if after[:1] == "<" and (_TAG.match(after) or (not complete and _may_be_tag(after))):
-            return None  # an emotion tag (or what may become one) stays with its words
+        tags = self._tags
+        if (
+            after[:1] == "<"
+            and tags.tags
+            and (tags.pattern.match(after) or (not complete and tags.may_begin(after)))
+        ):
+            return None  # an engine tag (or what may become one) stays with its words
         if complete and after.lower().lstrip(_OPENERS) in _PHRASE_STARTERS:
             return "phrase"
         return "word"
@@ -710,10 +717,11 @@ class Segmenter:
             lt = body.rfind("<", 0, i)
             if lt > 0 and lt > body.rfind(">", 0, i):
                 return lt  # never inside a tag: before it
-        start = body.rfind("<", max(0, i - _TAG_MAX + 1), i)
-        if start > 0:  # never inside an emotion tag: before it
-            tag = _TAG.match(body, start)
-            if tag is None and not final and any(t.startswith(body[start:]) for t in EMOTION_TAGS):
+        tags = self._tags
+        start = body.rfind("<", max(0, i - tags.longest + 1), i) if tags.tags else -1
+        if start > 0:  # never inside an engine tag: before it
+            tag = tags.pattern.match(body, start)
+            if tag is None and not final and any(t.startswith(body[start:]) for t in tags.tags):
                 return None  # it may still become one
             if tag is not None and tag.end() > i:
                 i = start

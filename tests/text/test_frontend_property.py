@@ -19,8 +19,7 @@ from gateway.text.segmenter import Segmenter
 from tests.text.spans import check_spans
 
 MARKUP = (
-    "ab Z9 0123456789.,:;!?-–—/%$€£#&*_`~[]()!<>|\\\"'\n\t"
-    "²①٣３½¼\u200b\u200d\u00ad\ufeff👍🏽👨‍👩‍👧"
+    "ab Z9 0123456789.,:;!?-–—/%$€£#&*_`~[]()!<>|\\\"'\n\t²①٣３½¼\u200b\u200d\u00ad\ufeff👍🏽👨‍👩‍👧"
 )
 SNIPPETS = st.sampled_from(
     [
@@ -80,9 +79,7 @@ def _words(text: str) -> list[tuple[int, int]]:
     return out
 
 
-@settings(
-    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(TEXT, OPTIONS, st.integers(8, 300), st.integers(1, 40))
 def test_any_text_is_read_or_refused_with_the_documented_error(
     text: str, options: FrontEndOptions, max_chars: int, chunk: int

@@ -245,7 +245,11 @@ CASES: list[tuple[str, str, str]] = [
     ("fraction", "½½½", "one half one half one half"),
     ("fraction", "2½½", "two and one half one half"),
     ("cardinal", "1\u200d000", "one thousand"),
-    ("cardinal", "12\u200b345 and 1\u00ad5", "twelve thousand three hundred forty five and fifteen"),
+    (
+        "cardinal",
+        "12\u200b345 and 1\u00ad5",
+        "twelve thousand three hundred forty five and fifteen",
+    ),
     ("cardinal", "\u0663 apples", "three apples"),
     ("cardinal", "\uff11\uff12\uff13 yen", "one hundred twenty three yen"),
     ("cardinal", "\u0661\u0662 and 5", "twelve and five"),

@@ -27,10 +27,7 @@ Normalizer = Callable[[str], Iterable[Edit]]
 NORMALIZERS: Final[dict[str, Normalizer]] = {
     "en": seeing_through_invisibles(en.normalize),
     # whole numbers and percentages only, with num2words (normalize/generic.py)
-    **{
-        code: seeing_through_invisibles(generic.normalizer(code))
-        for code in generic.PERCENT_WORDS
-    },
+    **{code: seeing_through_invisibles(generic.normalizer(code)) for code in generic.PERCENT_WORDS},
 }
 
 
