@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from gateway.text.frontend import InputFormat, hold_back
+from gateway.text.frontend.markdown import REF_DEF_START
 from gateway.text.frontend.ssml import MAX_TAG
 
 __all__ = [
@@ -107,8 +108,7 @@ _BLOCK_LINE: Final = re.compile(
     r" {0,3}(?:#{1,6}(?:\s|$)|[-*+]\s|\d{1,9}[.)]\s|>|\||```|~~~|[-*_=]{3,}\s*$"
     r"|\[[^\]\n]{1,200}\]:)"
 )
-# A link reference definition (``[1]: https://...``): silent, and one piece.
-_REF_DEF: Final = re.compile(r" {0,3}\[[^\]\n]{1,200}\]:")
+
 _BLOCK_LOOKAHEAD: Final = 12
 _SPEAKABLE: Final = re.compile(r"[^\W_]")  # a letter or a digit, any script
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
@@ -250,7 +250,9 @@ def _in_one_piece_line(text: str, i: int) -> bool:
     """Whether ``text[i]`` is on a Markdown table row (a line starting ``|``)
     or a link reference definition: lines read as one piece."""
     line = text.rfind("\n", 0, i) + 1
-    return text[line : line + 4].lstrip(" ")[:1] == "|" or _REF_DEF.match(text, line) is not None
+    return (
+        text[line : line + 4].lstrip(" ")[:1] == "|" or REF_DEF_START.match(text, line) is not None
+    )
 
 
 _ENTITY_MAX: Final = 10  # ``&#x10FFFF;``
@@ -316,6 +318,7 @@ class Segmenter:
         self._tags = _MarkupTags(tuple(markup_tags))
         self._buf = ""
         self._emitted = False  # a segment of the current utterance has left
+        self._cap_memo: tuple[str, int] | None = None  # (text up to the cap, its cut)
 
     # --- public API -------------------------------------------------------------
 
@@ -568,9 +571,21 @@ class Segmenter:
                 return _unless_held(pending, hold)
             return None
         if n > cap:
-            cut = self._cap_cut(body, final=final)
+            cut = self._cached_cap_cut(body, final=final)
             return None if cut is None else _unless_held(cut, hold)
         return None
+
+    def _cached_cap_cut(self, body: str, *, final: bool) -> int | None:
+        """:meth:`_cap_cut`, decided once: a decided cut depends only on the
+        text before it and a bounded look-ahead, which later text does not
+        change, so while it waits for a construct to close (``hold``) each
+        push does not search again."""
+        key = body[: self._max + 1]
+        if self._cap_memo is not None and self._cap_memo[0] == key:
+            return self._cap_memo[1]
+        cut = self._cap_cut(body, final=final)
+        self._cap_memo = None if cut is None else (key, cut)
+        return cut
 
     def _newline(self, body: str, s: int, *, final: bool) -> int:
         """Markdown: whether the line break ``body[s]`` ends a segment."""
@@ -696,15 +711,22 @@ class Segmenter:
                     return None
             elif markup is not None:
                 cap = markup  # never inside a tag or a character reference
-        for i in range(cap, 0, -1):
+        i = cap
+        while i > 0:
             if _is_break_space(body[i]):
-                if self._format != "plain" and hold_back(body[:i], self._format) < i:
-                    continue  # inside a link, code span, emphasis or tag: earlier
+                held = hold_back(body[:i], self._format) if self._format != "plain" else i
+                if held < i:
+                    # inside a link, code span, emphasis or tag that begins at
+                    # ``held``: so is every place after it, go before it (one
+                    # scan per open construct, not per space)
+                    i = held
+                    continue
                 ok = self._cut_ok(body, i, final=final)
                 if ok == _WAIT:
                     return None
                 if ok == _CUT:
                     return i
+            i -= 1
         if cap < self._max:
             return cap  # no whitespace before the tag or reference: before it
         # No whitespace: cut at the cap, keeping graphemes whole.
