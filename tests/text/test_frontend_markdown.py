@@ -245,3 +245,10 @@ def run_segments(text: str) -> list[str]:
 
     seg = Segmenter("auto", input_format="markdown")
     return seg.push(text) + seg.flush()
+
+
+def test_unclosed_openers_are_silent_however_many() -> None:
+    """Issue 28: past the eighth carried opener, ``*a *a ...`` reached the
+    engine with its asterisks."""
+    assert md("*a " * 20).split() == ["a"] * 20
+    assert md("2 * 3 and x**2 and *.py") == "2 * 3 and x**2 and *.py"

@@ -217,10 +217,12 @@ class MarkdownReader:
         for d in silent:
             items[d.index] = Piece("", d.start, d.end)
         for d in still_open:
-            # Unclosed: an opener before a word is emphasis that closes later.
-            if d.end < end and text[d.end].isalnum() and len(self.open_emphasis) < _MAX_EMPHASIS:
+            # Unclosed: an opener before a word is emphasis that closes later
+            # (silent; carried for a later closer, at most _MAX_EMPHASIS).
+            if d.end < end and text[d.end].isalnum():
                 items[d.index] = Piece("", d.start, d.end)
-                self.open_emphasis.append(text[d.start : d.end])
+                if len(self.open_emphasis) < _MAX_EMPHASIS:
+                    self.open_emphasis.append(text[d.start : d.end])
         out.extend(items)
 
 
