@@ -108,7 +108,6 @@ _BLOCK_LINE: Final = re.compile(
     r" {0,3}(?:#{1,6}(?:\s|$)|[-*+]\s|\d{1,9}[.)]\s|>|\||```|~~~|[-*_=]{3,}\s*$"
     r"|\[[^\]\n]{1,200}\]:)"
 )
-
 _BLOCK_LOOKAHEAD: Final = 12
 _SPEAKABLE: Final = re.compile(r"[^\W_]")  # a letter or a digit, any script
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
@@ -432,6 +431,7 @@ class Segmenter:
         if self._buf.strip():
             pieces.append(self._buf)
         self._buf = hold
+        self._cap_memo = None  # decided at the end of the text: not for a later one
         segments = self._merge_unspeakable(pieces)
         if segments:
             self._emitted = True
@@ -609,7 +609,7 @@ class Segmenter:
         if is_clause and not clause_ok:
             return _NO
         if self._format == "markdown" and _in_one_piece_line(body, s):
-            return _NO  # a table row is read as one piece
+            return _NO  # a table row or a reference definition is read as one piece
         if self._format == "ssml" and body.rfind("<", 0, s) > body.rfind(">", 0, s):
             return _NO  # inside a tag (an attribute value)
         nxt = self._peek(body, e, final=final)
