@@ -229,6 +229,8 @@ CASES: list[tuple[str, str, str]] = [
     ("untouched", "", ""),
     # issue 28: readings that were wrong on main
     ("date", "Pay by 2026-12-01.", "Pay by December first, twenty twenty six."),
+    ("year", "since 2020-2021", "since twenty twenty to twenty twenty one"),
+    ("year", "in 1990\u201395", "in nineteen ninety to nineteen ninety five"),
     (
         "currency",
         "$1,234,567,890,123,456.78",

@@ -180,7 +180,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     (
         "year_after",
         r"\b(in|In|since|Since|by|By|until|from|From|of|year|around|before|after)"
-        r" (1[1-9]\d\d|20\d\d)(?![\w]|[.,/-]\d)",
+        r" (1[1-9]\d\d|20\d\d)(?:\s?(?:--|[–-])\s?(1[1-9]\d\d|20\d\d|\d\d))?(?![\w]|[.,/-]\d)",
     ),
     # a sign only where it cannot be a hyphen or a dash (``COVID-19``, ``5--10``)
     ("number", rf"(?<![\w.,/:@*^])(?:(?<![\w-])({_MINUS}))?({_DEC}){_E}"),
@@ -487,7 +487,11 @@ def _range(m: re.Match[str], _: str) -> str:
 
 
 def _year_after(m: re.Match[str], _: str) -> str:
-    return _sub(m, 1) + " " + year(int(_sub(m, 2)))
+    spoken = _sub(m, 1) + " " + year(int(_sub(m, 2)))
+    end = _sub(m, 3)
+    if end:  # a range of years: ``from 2020-2021``, ``in 1990–95``
+        spoken += " to " + year(int(_sub(m, 2)[:2] + end if len(end) == 2 else end))
+    return spoken
 
 
 def _number(m: re.Match[str], _: str) -> str:
