@@ -252,3 +252,17 @@ def test_unclosed_openers_are_silent_however_many() -> None:
     engine with its asterisks."""
     assert md("*a " * 20).split() == ["a"] * 20
     assert md("2 * 3 and x**2 and *.py") == "2 * 3 and x**2 and *.py"
+
+
+@pytest.mark.parametrize(
+    ("line", "spoken"),
+    [
+        ("[1]: https://example.com/a", ""),
+        ('[r2]: https://e.co/2 "The title"', ""),
+        ("[r3]: <https://e.co/3> (title)", ""),
+        # not a definition: a sentence after the label, read
+        ("[Note]: read this first.", "[Note]: read this first."),
+    ],
+)
+def test_link_reference_definitions_are_silent_and_only_they(line: str, spoken: str) -> None:
+    assert md(line) == spoken

@@ -66,7 +66,12 @@ _TABLE_SEP: Final = re.compile(
     r" {0,3}\|?(?:[ \t]{0,40}:?-{1,200}:?[ \t]{0,40}\|){1,50}"
     r"(?:[ \t]{0,40}:?-{1,200}:?[ \t]{0,40})?$"
 )
-_REF_DEF: Final = re.compile(r" {0,3}\[[^\]]{1,200}\]:[ \t]{0,40}\S{1,500}")
+# ``[label]: destination "optional title"`` and nothing else on the line
+# (``[Note]: read this first.`` is a sentence, and read)
+_REF_DEF: Final = re.compile(
+    r" {0,3}\[[^\]]{1,200}\]:[ \t]{0,40}(?:<[^<>\n]{0,500}>|\S{1,500})"
+    r"(?:[ \t]{1,40}(?:\"[^\"\n]{0,300}\"|'[^'\n]{0,300}'|\([^()\n]{0,300}\)))?[ \t]{0,40}"
+)
 #: The start of a link reference definition line: the segmenter keeps the
 #: line whole (never a cut inside it), as the reader reads it whole.
 REF_DEF_START: Final = re.compile(r" {0,3}\[[^\]\n]{1,200}\]:")
@@ -132,7 +137,7 @@ class MarkdownReader:
             self._table_row(text, start, end, out)
             return
         self.table_header = None
-        if _RULE.match(line) or _REF_DEF.match(line):
+        if _RULE.match(line) or _REF_DEF.fullmatch(line):
             out.append(Piece("", start, end))
             return
         pos = start
