@@ -74,7 +74,12 @@ def spoken_segments(state: GatewayState, plan: SpeechPlan) -> list[SpokenSegment
             lexicon=state.lexicon,
         )
     )
-    texts = committed_segments(plan.text, state.settings.max_segment_chars, controls.input_format)
+    texts = committed_segments(
+        plan.text,
+        state.settings.max_segment_chars,
+        controls.input_format,
+        state.engine.capabilities.markup_tags,
+    )
     try:
         spoken = [frontend.process(text) for text in texts]
         tail = frontend.finish()

@@ -407,12 +407,14 @@ class Session:
             segmenter is None
             or segmenter.granularity != session.split_granularity
             or segmenter.input_format != session.input_format
+            or segmenter.markup_tags != self.engine.capabilities.markup_tags
         ):
-            # cuts keep the input format's constructs whole (Markdown, SSML)
+            # cuts keep the input format's constructs and the engine's tags whole
             segmenter = Segmenter(
                 session.split_granularity,
                 max_chars=self.settings.max_segment_chars,
                 input_format=session.input_format,
+                markup_tags=self.engine.capabilities.markup_tags,
             )
         config = PolicyConfig(
             # the engine's own time to first chunk, with room for load

@@ -226,11 +226,13 @@ class Utterance:
         With word timings a word counts as spoken if it started before the
         position; without, a segment counts only if all of it was before the
         position.  Text still in the segmenter (``buffered``) is unspoken.
+        The spoken text is a prefix: once some text is unspoken, so is all
+        after it (a silent segment after a half-heard one was not heard).
         """
         spoken: list[str] = []
         unspoken: list[str] = []
         for segment in self.segments:
-            if not segment.started:
+            if not segment.started or unspoken:
                 unspoken.append(segment.text)
                 continue
             if segment.words:

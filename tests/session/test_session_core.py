@@ -673,6 +673,22 @@ def test_heard_split_falls_back_to_whitespace_tokens(
     assert utt.heard_split(position, "") == (spoken, unspoken)
 
 
+def test_heard_split_is_a_prefix_a_silent_segment_after_a_half_heard_one_is_unspoken() -> None:
+    """Issue 28: a cancel during Markdown reference definitions reported the
+    silent segments after a half-heard one as spoken, out of order."""
+    utt = Utterance(index=0, config=protocol.EffectiveConfig(**_DEFAULTS))
+    # the words cover the start only: the rest of the text was silent markup
+    heard = utt.add_segment("See this. [r1]: https://e.co/1")
+    heard.started, heard.finished, heard.start_ms, heard.audio_ms = True, True, 0.0, 200.0
+    heard.words = (WordTiming("See", 0.0, 100.0), WordTiming("this.", 100.0, 200.0))
+    silent = utt.add_segment("[r2]: https://e.co/2")
+    silent.started, silent.finished, silent.start_ms, silent.audio_ms = True, True, 200.0, 0.0
+    assert utt.heard_split(999.0, "") == (
+        "See this.",
+        "[r1]: https://e.co/1 [r2]: https://e.co/2",
+    )
+
+
 # --- what the audio stream reports ---------------------------------------------------
 
 
