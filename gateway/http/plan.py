@@ -89,7 +89,8 @@ class SpeechBody(msgspec.Struct, kw_only=True):
     ref_text: str | None = None
     ref_audio_2: str | None = None
     x_vector_only_mode: bool | None = None
-    speaker_embedding: list[float] | list[list[float]] | None = None
+    #: a vector or a list of vectors (``validation._check_embedding``)
+    speaker_embedding: list[Any] | None = None
     non_streaming_mode: bool | None = None
     max_new_tokens: int | None = None
     initial_codec_chunk_frames: int | None = None

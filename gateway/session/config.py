@@ -205,13 +205,13 @@ def _check_word_timestamps(config: EffectiveConfig, alignment: bool) -> None:
         )
     if not (config.stream_audio and config.response_format == "pcm"):
         raise invalid_config(
-            '`word_timestamps: true` needs `stream_audio: true` and `response_format: "pcm"`'
+            '`word_timestamps` (true) needs `stream_audio: true` and `response_format: "pcm"`'
             " (the timings ride the streamed audio.chunk events)",
             "word_timestamps",
         )
     if config.framing != "raw":
         raise invalid_config(
-            "`word_timestamps: true` sends audio as JSON audio.chunk events, which carry"
+            "`word_timestamps` (true) sends audio as JSON audio.chunk events, which carry"
             ' their context: it takes `framing: "raw"`',
             "word_timestamps",
         )

@@ -319,7 +319,7 @@ MAX_NAMED_FIELDS = 20
 
 def ignored_fields_message(names: Sequence[str]) -> str:
     """The warning for ``names`` (WebSocket ``warning``, HTTP ``X-Ignored-Fields``)."""
-    shown = ", ".join(f"`{_shown(n)}`" for n in names[:MAX_NAMED_FIELDS])
+    shown = ", ".join(f"`{n[:64]}`" for n in names[:MAX_NAMED_FIELDS])
     more = f" and {len(names) - MAX_NAMED_FIELDS} more" if len(names) > MAX_NAMED_FIELDS else ""
     return f"unknown fields ignored: {shown}{more} (check their spelling)"
 
