@@ -51,7 +51,7 @@ class SessionConfig(_Message, tag="session.config", kw_only=True):
     """Fields left out keep their current value (defaults on the first config).
 
     A field of no version of this protocol nor of vllm-omni's is ignored and
-    named in a ``warning`` (``unknown_fields``; since 1.5.0 it was refused)."""
+    named in a ``warning`` (``unknown_fields``; since 2.0.0 it was refused)."""
 
     voice: str | UnsetType | None = UNSET
     speaker: str | UnsetType | None = UNSET  #: vllm-omni's alias of ``voice``
@@ -80,7 +80,7 @@ class SessionConfig(_Message, tag="session.config", kw_only=True):
     initial_codec_chunk_frames: int | UnsetType | None = UNSET
     non_streaming_mode: bool | UnsetType | None = UNSET
     word_timestamps: bool | UnsetType | None = UNSET
-    #: reproducible sampling on an engine declaring ``seed`` (since 1.5.0)
+    #: reproducible sampling on an engine declaring ``seed`` (since 2.0.0)
     seed: int | UnsetType | None = UNSET
     # the text front-end (since 1.3.0; ``docs/text.md``)
     input_format: InputFormat | UnsetType | None = UNSET
@@ -203,7 +203,7 @@ class EngineCapabilities(msgspec.Struct, kw_only=True):
     #: the engine reads numbers and symbols itself: the front-end strips
     #: Markdown and emoji only (since 1.3.0)
     normalizes_text: bool = False
-    #: a ``seed`` makes its sampled output reproducible (since 1.5.0)
+    #: a ``seed`` makes its sampled output reproducible (since 2.0.0)
     seed: bool = False
 
 
@@ -246,9 +246,9 @@ class EffectiveConfig(msgspec.Struct, kw_only=True):
     pronunciations: dict[str, str] = msgspec.field(default_factory=dict)
     debug_engine_text: bool = False
     #: vllm-omni's ``word_timestamps``: audio as JSON ``audio.chunk`` events
-    #: with the words' timings (since 1.5.0)
+    #: with the words' timings (since 2.0.0)
     word_timestamps: bool = False
-    #: the sampling seed in force (since 1.5.0; null: none)
+    #: the sampling seed in force (since 2.0.0; null: none)
     seed: int | None = None
 
 
@@ -302,7 +302,7 @@ class ChunkWord(msgspec.Struct, kw_only=True):
 
 class AudioChunk(_Message, tag="audio.chunk", kw_only=True):
     """vllm-omni's JSON audio frame, sent instead of binary frames under
-    ``word_timestamps: true`` (since 1.5.0).  A sentence's last chunk has
+    ``word_timestamps: true`` (since 2.0.0).  A sentence's last chunk has
     no audio (``audio_b64: ""``) and carries its words in ``timestamps``;
     the others carry ``timestamps: null``."""
 
@@ -319,7 +319,7 @@ class AudioChunk(_Message, tag="audio.chunk", kw_only=True):
 
 
 class WarningEvent(_Message, tag="warning", kw_only=True):
-    """Something in a client message was ignored; never fatal (since 1.5.0)."""
+    """Something in a client message was ignored; never fatal (since 2.0.0)."""
 
     code: Literal["unknown_fields"]
     message: str

@@ -491,7 +491,7 @@ def test_unknown_fields_in_other_client_messages_are_ignored() -> None:
 
 def test_unknown_config_fields_are_decoded_and_named() -> None:
     """vllm-omni's models ignore unknown fields: so does ``session.config``
-    since 1.5.0, and the reader names them (the endpoint warns)."""
+    since 2.0.0, and the reader names them (the endpoint warns)."""
     data = '{"type": "session.config", "bogus": 1, "voice": "joe", "seed": 7, "zz": null}'
     message = protocol.decode_client(data)
     assert message == protocol.SessionConfig(voice="joe", seed=7)
