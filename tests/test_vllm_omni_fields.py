@@ -9,6 +9,7 @@ field is declared on.  Every request sends values off 0.30's defaults.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -174,7 +175,7 @@ async def test_030_config_with_word_timestamps_and_an_unknown_field(
         rate = start["sample_rate"]
         assert all(c["sample_rate"] == rate for c in chunks)
         assert audio[0]["chunk_start_ms"] == 0
-        for before, after in zip(audio, audio[1:], strict=False):
+        for before, after in itertools.pairwise(audio):
             assert after["chunk_start_ms"] == before["chunk_end_ms"]
         samples = np.frombuffer(pcm, "<i2")
         assert np.sqrt(np.mean((samples / 32768.0) ** 2)) > 0.01  # speech
@@ -402,8 +403,10 @@ def test_030_long_word_timestamps_are_omitted_with_a_marker(piper_server: Runnin
     ("fields", "code", "param"),
     [
         ({"ref_audio": ["https://a/1.wav", "https://a/2.wav"]}, "unsupported_option", "ref_audio"),
-        ({"references": [{"audio_path": "https://a/1.wav", "text": "Hi."}]}, "unsupported_option", "ref_audio"),  # noqa: E501
-        ({"references": [{"audio_path": "a"}, {"audio_path": "b"}]}, "invalid_config", "references"),  # noqa: E501
+        ({"references": [{"audio_path": "https://a/1.wav", "text": "Hi."}]}, "unsupported_option",
+         "ref_audio"),
+        ({"references": [{"audio_path": "a"}, {"audio_path": "b"}]}, "invalid_config",
+         "references"),
         ({"references": [{"audio_path": "a"}], "ref_audio": "b"}, "invalid_config", "references"),
         ({"ref_audio_2": "https://a/2.wav"}, "unsupported_option", "ref_audio_2"),
         ({"speaker_embedding": [[0.5, 0.25]]}, "unsupported_option", "speaker_embedding"),
@@ -414,7 +417,7 @@ def test_030_long_word_timestamps_are_omitted_with_a_marker(piper_server: Runnin
         ({"word_timestamps": True, "stream": True}, "invalid_config", "word_timestamps"),
         ({"voice": "joe", "speaker": "alloy"}, "invalid_config", "voice"),
     ],
-)
+)  # fmt: skip
 def test_030_fields_that_would_change_the_audio_are_named(
     piper_server: RunningServer, fields: dict[str, Any], code: str, param: str
 ) -> None:
