@@ -299,6 +299,11 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
     rate = _output_rate(body)
     seed = check_seed(body.seed, engine.name, engine.capabilities.seed)
     if body.word_timestamps:
+        if batch:
+            raise invalid_config(
+                "`word_timestamps` rides a response header: a batch item has none",
+                "word_timestamps",
+            )
         check_word_timestamps(mode, engine.capabilities.alignment)
     voice = await resolve_voice(request, _voice_name(body))
     language = None if body.language is None else check_language(body.language, voice)
