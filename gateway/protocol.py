@@ -51,7 +51,7 @@ class SessionConfig(_Message, tag="session.config", kw_only=True):
     """Fields left out keep their current value (defaults on the first config).
 
     A field of no version of this protocol nor of vllm-omni's is ignored and
-    named in a ``warning`` (``unknown_fields``; since 2.0.0 it was refused)."""
+    named in a ``warning`` (``unknown_fields``; before 2.0.0 it was refused)."""
 
     voice: str | UnsetType | None = UNSET
     speaker: str | UnsetType | None = UNSET  #: vllm-omni's alias of ``voice``

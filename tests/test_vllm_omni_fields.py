@@ -190,6 +190,27 @@ async def test_030_config_with_word_timestamps_and_an_unknown_field(
     assert _bare(spoken) == _bare(TEXT.split())
 
 
+@pytest.mark.parametrize(("granularity", "sentences"), [("none", 1), ("sentence", 2), (None, 2)])
+async def test_030_split_granularity(
+    piper_server: RunningServer, granularity: str | None, sentences: int
+) -> None:
+    """0.30's ``none`` (its default: one request per ``input.done``) and
+    ``sentence`` mean the same here; left out, the gateway's ``auto`` cuts
+    the utterance (docs/protocol.md says why)."""
+    config = {"voice": "joe", "response_format": "wav"}
+    if granularity is not None:
+        config["split_granularity"] = granularity
+    async with await _session(piper_server) as ws:
+        await send(ws, type="session.config", **config)
+        assert json.loads(await ws.recv())["type"] == "session.updated"
+        for piece in ("Hello there. The quick brown ", "fox jumps over the lazy dog."):
+            await send(ws, type="input.text", text=piece)
+        await send(ws, type="input.done")
+        t = await recv_until(ws, Transcript())
+    assert t.of("session.done")[0]["total_sentences"] == sentences
+    assert len(t.binary) == sentences  # one whole WAV per sentence, as in 0.30
+
+
 async def test_unknown_fields_alone_are_never_fatal(piper_server: RunningServer) -> None:
     async with await _session(piper_server) as ws:
         await send(ws, type="session.config", voice="joe", vioce="ana", top_p=0.9)
