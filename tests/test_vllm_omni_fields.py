@@ -213,10 +213,11 @@ async def test_030_split_granularity(
 
 async def test_unknown_fields_alone_are_never_fatal(piper_server: RunningServer) -> None:
     async with await _session(piper_server) as ws:
-        await send(ws, type="session.config", voice="joe", vioce="ana", top_p=0.9)
+        await send(ws, type="session.config", voice="Default", vioce="ana", top_p=0.9)
         warning = json.loads(await ws.recv())
         assert warning["fields"] == ["vioce", "top_p"] and warning["type"] == "warning"
-        assert json.loads(await ws.recv())["type"] == "session.updated"
+        updated = json.loads(await ws.recv())
+        assert updated["type"] == "session.updated" and updated["config"]["voice"] == "joe"
         await send(ws, type="input.text", text="Still here.")
         await send(ws, type="input.done")
         t = await recv_until(ws, Transcript())

@@ -227,8 +227,8 @@ def check_vllm_fields(fields: Mapping[str, Any], cloning: bool) -> dict[str, obj
 def _unsupported(name: str, value: object) -> GatewayError:
     return GatewayError(
         ErrorCode.UNSUPPORTED_OPTION,
-        f"`{name}` = {_shown(value)} would change the audio and this engine cannot honour it;"
-        " leave it out",
+        f"`{name}` = {_shown(value)} is not supported by this engine; it would change the"
+        " audio, so leave it out",
         param=name,
     )
 
