@@ -53,15 +53,13 @@ from gateway.http.errors import (
 from gateway.http.plan import SpeechPlan, decode_request, make_plan
 from gateway.http.response import SpeechResponse
 from gateway.http.synthesis import encoded_audio
-from gateway.session.validation import MAX_NAMED_FIELDS
+from gateway.session.validation import named_fields
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE_HEADER = "X-Sample-Rate"
 #: a body longer than this is decoded off the event loop
 DECODE_IN_THREAD_BYTES = 64 * 1024
-#: the longest ignored key named in ``X-Ignored-Fields`` (characters)
-MAX_SHOWN_NAME = 64
 _request_ids = itertools.count(1)
 #: the status of a request whose client left while it waited for a slot (never sent)
 CLIENT_CLOSED = 499
@@ -82,9 +80,7 @@ def _headers(plan: SpeechPlan, ignored: list[str]) -> dict[str, str]:
         headers["X-Audio-Encoding"] = "pcm_s16le"
     if ignored:
         # names as JSON strings: any key fits a header, escaped to ASCII
-        headers[IGNORED_FIELDS_HEADER] = ", ".join(
-            json.dumps(name[:MAX_SHOWN_NAME]) for name in ignored[:MAX_NAMED_FIELDS]
-        )
+        headers[IGNORED_FIELDS_HEADER] = ", ".join(json.dumps(n) for n in named_fields(ignored))
     return headers
 
 

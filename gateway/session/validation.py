@@ -317,9 +317,19 @@ def unknown_fields(keys: Sequence[str], known: frozenset[str] | set[str]) -> lis
 MAX_NAMED_FIELDS = 20
 
 
+#: the longest field name a warning repeats (characters)
+MAX_NAME_CHARS = 64
+
+
+def named_fields(names: Sequence[str]) -> list[str]:
+    """The ignored fields a warning names: the first ``MAX_NAMED_FIELDS``,
+    each cut to ``MAX_NAME_CHARS`` (a client's keys are not echoed unbounded)."""
+    return [name[:MAX_NAME_CHARS] for name in names[:MAX_NAMED_FIELDS]]
+
+
 def ignored_fields_message(names: Sequence[str]) -> str:
     """The warning for ``names`` (WebSocket ``warning``, HTTP ``X-Ignored-Fields``)."""
-    shown = ", ".join(f"`{n[:64]}`" for n in names[:MAX_NAMED_FIELDS])
+    shown = ", ".join(f"`{n}`" for n in named_fields(names))
     more = f" and {len(names) - MAX_NAMED_FIELDS} more" if len(names) > MAX_NAMED_FIELDS else ""
     return f"unknown fields ignored: {shown}{more} (check their spelling)"
 

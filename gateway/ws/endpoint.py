@@ -21,7 +21,7 @@ from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import Ticket
 from gateway.http.security import agent_identity, check_websocket
 from gateway.session.core import Action, AnswerVoiceRequest, Close, Session, State
-from gateway.session.validation import ignored_fields_message
+from gateway.session.validation import ignored_fields_message, named_fields
 from gateway.session.voice_requests import VoiceDesk, VoiceRequest
 from gateway.state import GatewayState, RateLimiter
 from gateway.ws.outbound import ConnectionGone, Outbound
@@ -335,7 +335,9 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
             continue
         if ignored:  # named, never fatal: vllm-omni's models ignore them too
             warning = protocol.WarningEvent(
-                code="unknown_fields", message=ignored_fields_message(ignored), fields=ignored
+                code="unknown_fields",
+                message=ignored_fields_message(ignored),
+                fields=named_fields(ignored),
             )
             if not await conn.perform([warning]):
                 return
