@@ -302,7 +302,7 @@ class _SegmentOut:
             return
         segment = self.item.segment
         words = (
-            None
+            ([] if not segment.engine_text.strip() else None)  # nothing to speak: no words
             if segment.words is None
             else [
                 protocol.ChunkWord(
