@@ -114,9 +114,11 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     #: ``written<TAB>spoken`` entry a line (``docs/text.md``); "" none
     lexicon_file: str = ""
     # --- limits -------------------------------------------------------------
-    max_message_bytes: int = 1_048_576
-    max_input_text_bytes: int = 65_536
-    max_utterance_chars: int = 20_000
+    #: vllm-omni 0.30 takes a 4 MiB ``session.config`` (reference audio inside)
+    max_message_bytes: int = 4_194_304
+    #: any ``input.text`` vllm-omni 0.30 takes (128 Ki characters of up to 4 bytes)
+    max_input_text_bytes: int = 524_288
+    max_utterance_chars: int = 131_072
     max_contexts: int = 8
     max_sessions: int = 64
     #: sessions per client address: as many as the server holds, so one

@@ -115,6 +115,9 @@ class Capabilities:
     #: the engine's own inline markup, passed through the front-end verbatim
     #: (Orpheus' emotion tags ``<laugh>``, ...)
     markup_tags: tuple[str, ...] = ()
+    #: ``StreamRequest.seed`` makes its sampled audio reproducible (the same
+    #: text, voice and seed give the same samples)
+    seed: bool = False
 
 
 class Budget(Protocol):
@@ -135,7 +138,14 @@ class Budget(Protocol):
 #: the ``StreamRequest.options`` an engine declaring ``cloning`` receives when
 #: a client sends them (vllm-omni's voice-clone fields, checked by
 #: ``gateway.session.validation.check_vllm_fields``)
-CLONING_OPTIONS = ("task_type", "ref_audio", "ref_text", "x_vector_only_mode")
+CLONING_OPTIONS = (
+    "task_type",
+    "ref_audio",
+    "ref_text",
+    "x_vector_only_mode",
+    "speaker_embedding",
+    "ref_audio_2",
+)
 
 
 @dataclass(frozen=True)
@@ -152,6 +162,8 @@ class StreamRequest:
     speed: float = 1.0  #: 1.0 is the voice's own pace; 2.0 is twice as fast
     #: free-form style prompt; only for engines declaring ``instructions``
     instructions: str | None = None
+    #: seeds the engine's sampling (engines declaring ``seed``); None: unseeded
+    seed: int | None = None
     #: engine-specific options, passed through unchanged (never validated here)
     options: Mapping[str, object] = field(default_factory=dict)
     #: emit a ``WordTimings`` event before each segment's audio (engines

@@ -26,8 +26,12 @@ next; nothing is synthesized); batch items wait as long as needed.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import logging
+from collections.abc import AsyncGenerator
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -46,23 +50,63 @@ from gateway.http.errors import (
     internal_error,
     read_body,
 )
-from gateway.http.plan import SpeechPlan, decode_body, make_plan
+from gateway.http.plan import SpeechPlan, decode_request, make_plan
 from gateway.http.response import SpeechResponse
 from gateway.http.synthesis import encoded_audio
+from gateway.session.validation import named_fields
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE_HEADER = "X-Sample-Rate"
+#: a body longer than this is decoded off the event loop
+DECODE_IN_THREAD_BYTES = 64 * 1024
 _request_ids = itertools.count(1)
 #: the status of a request whose client left while it waited for a slot (never sent)
 CLIENT_CLOSED = 499
 
 
-def _headers(plan: SpeechPlan) -> dict[str, str]:
+#: the body's keys that no field names, ignored (``validation.ignored_fields_message``)
+IGNORED_FIELDS_HEADER = "X-Ignored-Fields"
+#: vllm-omni 0.30's word timings of a whole file, and its marker when they
+#: would make the header too large for common proxies
+WORD_TIMESTAMPS_HEADER = "X-Word-Timestamps"
+WORD_TIMESTAMPS_OMITTED_HEADER = "X-Word-Timestamps-Omitted"
+MAX_WORD_TIMESTAMPS_BYTES = 4096
+
+
+def _headers(plan: SpeechPlan, ignored: list[str]) -> dict[str, str]:
     headers = {SAMPLE_RATE_HEADER: str(plan.sample_rate), "Cache-Control": "no-store"}
     if plan.response_format == "pcm":
         headers["X-Audio-Encoding"] = "pcm_s16le"
+    if ignored:
+        # names as JSON strings: any key fits a header, escaped to ASCII
+        headers[IGNORED_FIELDS_HEADER] = ", ".join(json.dumps(n) for n in named_fields(ignored))
     return headers
+
+
+def word_timestamp_headers(words: list[dict[str, Any]]) -> dict[str, str]:
+    """vllm-omni 0.30's header: ``[{word, start_ms, end_ms}]`` as ASCII JSON,
+    or the marker past 4 KB."""
+    data = json.dumps(words)
+    if len(data) <= MAX_WORD_TIMESTAMPS_BYTES:
+        return {WORD_TIMESTAMPS_HEADER: data}
+    return {
+        WORD_TIMESTAMPS_OMITTED_HEADER: (
+            f"oversize; bytes={len(data)}; limit={MAX_WORD_TIMESTAMPS_BYTES}"
+        )
+    }
+
+
+async def _then_word_headers(
+    body: AsyncGenerator[bytes, None], words: list[dict[str, Any]], headers: dict[str, str]
+) -> AsyncGenerator[bytes, None]:
+    """``body``, then the word headers (a whole file's headers go out after it)."""
+    try:
+        async for piece in body:
+            yield piece
+        headers.update(word_timestamp_headers(words))
+    finally:
+        await body.aclose()
 
 
 async def speech(request: Request) -> Response | SpeechResponse:
@@ -71,7 +115,11 @@ async def speech(request: Request) -> Response | SpeechResponse:
         return error_response(refused, state)
     try:
         raw = await read_body(request, state.settings.max_message_bytes)
-        plan = await make_plan(request, decode_body(raw))
+        if len(raw) > DECODE_IN_THREAD_BYTES:  # megabytes of reference audio
+            body, ignored = await asyncio.to_thread(decode_request, raw)
+        else:
+            body, ignored = decode_request(raw)
+        plan = await make_plan(request, body)
     except GatewayError as exc:
         return error_response(exc, state)
     slots = state.http_admission
@@ -91,16 +139,23 @@ async def speech(request: Request) -> Response | SpeechResponse:
     except Exception:
         slots.release(ticket)  # the response that would release it never starts
         return error_response(internal_error(f"creating the {plan.response_format} encoder"), state)
+    headers = _headers(plan, ignored)
     if plan.mode == "sse":
-        body = sse.sse_events(state, plan, label, encoder)
+        audio = sse.sse_events(state, plan, label, encoder)
         media_type = sse.MEDIA_TYPE
+    elif plan.word_timestamps:  # a whole file (make_plan): its headers go out last
+        words: list[dict[str, Any]] = []
+        audio = _then_word_headers(
+            encoded_audio(state, plan, label, encoder, words), words, headers
+        )
+        media_type = encoder.media_type
     else:
-        body = encoded_audio(state, plan, label, encoder)
+        audio = encoded_audio(state, plan, label, encoder)
         media_type = encoder.media_type
     return SpeechResponse(
-        body,
+        audio,
         media_type=media_type,
-        headers=_headers(plan),
+        headers=headers,
         state=state,
         whole=plan.mode == "file",
         on_close=lambda: slots.release(ticket),

@@ -378,6 +378,8 @@ class Session:
             engine.model_names(),
             instructions=caps.instructions,
             cloning=caps.cloning,
+            seed=caps.seed,
+            alignment=caps.alignment,
         )
         options = clone_options(self.clone_options, message, caps.cloning)
         if self.busy() and (new.framing != self.config.framing):
@@ -888,7 +890,9 @@ class Session:
                     message=failure.message,
                     context_id=ctx.id,
                     partial_audio=sent_bytes > 0,
-                    action="sentence_skipped",
+                    # vllm-omni 0.30's word when part of the sentence's audio
+                    # went out: drop it; the utterance goes on either way
+                    action="discard" if sent_bytes > 0 else "sentence_skipped",
                     retry_after_ms=(
                         BUSY_RETRY_AFTER_S * 1000 if failure.code is ErrorCode.BUSY else None
                     ),

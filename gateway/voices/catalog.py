@@ -43,8 +43,14 @@ def alias_targets(engine: Engine, settings: Settings) -> dict[str, VoiceInfo | N
     return out
 
 
+#: the name of the engine's default voice when no voice is called that
+#: (vllm-omni 0.30's placeholder, as in ``{"voice": "default"}``)
+DEFAULT_VOICE_NAME = "default"
+
+
 def reserved_names(engine: Engine, settings: Settings) -> list[str]:
-    return [v.name for v in engine.voices() if not v.uploaded] + list(settings.alias_table)
+    builtin = [v.name for v in engine.voices() if not v.uploaded]
+    return [*builtin, *settings.alias_table, DEFAULT_VOICE_NAME]
 
 
 def can_clone(engine: Engine) -> bool:
@@ -224,6 +230,8 @@ async def find_speakable_voice(
                 param="voice",
             )
         return target
+    if key == DEFAULT_VOICE_NAME:
+        return engine.default_voice()
     uploaded = await asyncio.to_thread(store.get, name)
     if uploaded is not None:
         if not can_clone(engine):

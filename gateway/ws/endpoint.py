@@ -28,6 +28,7 @@ from gateway.session.core import (
     Session,
     State,
 )
+from gateway.session.validation import ignored_fields_message, named_fields
 from gateway.session.voice_requests import VoiceDesk, VoiceRequest
 from gateway.state import DRAIN_POLL_S, GatewayState, RateLimiter
 from gateway.ws.outbound import ConnectionGone, Outbound
@@ -369,13 +370,40 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
                 return
             continue
         try:
-            message = protocol.decode_client(text)
+            message, ignored = await _decode(text)
         except GatewayError as error:
             if not await conn.perform(session.report_error(error)):
                 return
             continue
+        if ignored:  # named, never fatal: vllm-omni's models ignore them too
+            warning = protocol.WarningEvent(
+                code="unknown_fields",
+                message=ignored_fields_message(ignored),
+                fields=named_fields(ignored),
+            )
+            if not await conn.perform([warning]):
+                return
         if not await conn.receive(message):
             return
+
+
+#: a message longer than this (characters) is decoded off the event loop (a
+#: ``session.config`` may carry megabytes of reference audio)
+DECODE_IN_THREAD_CHARS = 64 * 1024
+
+
+async def _decode(text: str) -> tuple[protocol.ClientMessage, list[str]]:
+    """The message, and a ``session.config``'s unknown fields (ignored)."""
+    if len(text) <= DECODE_IN_THREAD_CHARS:
+        return _decode_now(text)
+    return await asyncio.to_thread(_decode_now, text)
+
+
+def _decode_now(text: str) -> tuple[protocol.ClientMessage, list[str]]:
+    message = protocol.decode_client(text)
+    if isinstance(message, protocol.SessionConfig):
+        return message, protocol.unknown_config_fields(text)
+    return message, []
 
 
 async def _fail(conn: Connection) -> None:

@@ -24,7 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,16 @@ class Workers:
     #: how many other utterances are starting (their first segment is still
     #: being synthesized)
     others_starting: Callable[[DeliveredJob], int]
+
+
+def segment_rng(seed: int | None, ids: Sequence[int]) -> np.random.Generator:
+    """The noise generator of one segment: unseeded, or from the request's
+    ``seed`` and the segment's phoneme ids, so the same sentence with the
+    same seed samples the same noise wherever it falls in an utterance."""
+    if seed is None:
+        return np.random.default_rng()
+    digest = zlib.crc32(np.asarray(ids, dtype=np.int64).tobytes())
+    return np.random.default_rng([seed % 2**64, digest])
 
 
 class PiperSegment:
@@ -163,7 +174,13 @@ class PiperSegment:
         scales = voice.scales(self.job.request.speed, self._deterministic)
         t0 = time.perf_counter()
         light = self._workers.threads.acoustic_light()
-        encoded = voice.acoustic.encode(ids, scales, run_options=run_options, light=light)
+        encoded = voice.acoustic.encode(
+            ids,
+            scales,
+            run_options=run_options,
+            light=light,
+            rng=segment_rng(self.job.request.seed, ids),
+        )
         self.stats.extra["encoder_ms"] = (time.perf_counter() - t0) * 1e3
         if self.job.cancelled:
             return
