@@ -102,6 +102,9 @@ class PiperSegment:
         )
         self._lock = threading.Lock()
         self._run_options: ort.RunOptions | None = None
+        #: a seeded request repeats its bytes: its kernels run on fixed thread
+        #: counts (a count that follows the load changes the last bit)
+        self._fixed_threads = job.request.seed is not None
         #: the second flow window's item, queued once the first chunk is decoded
         self._flow_rest: _LatentWindowItem | None = None
         #: when the first chunk was decoded (monotonic): later chunks are due
@@ -173,7 +176,7 @@ class PiperSegment:
             return
         scales = voice.scales(self.job.request.speed, self._deterministic)
         t0 = time.perf_counter()
-        light = self._workers.threads.acoustic_light()
+        light = self._workers.threads.acoustic_light(self._fixed_threads)
         encoded = voice.acoustic.encode(
             ids,
             scales,
@@ -231,7 +234,7 @@ class PiperSegment:
             item.encoded,
             window,
             run_options=self._run_options,
-            light=self._workers.threads.acoustic_light(),
+            light=self._workers.threads.acoustic_light(self._fixed_threads),
         )
         self._publish(window.end, latent, window.start)
         if item.index + 1 < len(item.windows) and not self.job.cancelled:
@@ -297,7 +300,9 @@ class PiperSegment:
             decoder = self._decoder
         started = time.perf_counter()
         assert latent is not None and decoder is not None
-        self._workers.threads.set_vocoder_threads(index == 0 and self.first_in_utterance)
+        self._workers.threads.set_vocoder_threads(
+            index == 0 and self.first_in_utterance, self._fixed_threads
+        )
         try:
             raw = decoder.decode_chunk(latent, window)
         except Exception as exc:  # torch/onnxruntime errors: fail this segment only

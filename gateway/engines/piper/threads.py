@@ -75,16 +75,21 @@ class ThreadPlan:
         #: the intra-op count each decode thread last set
         self._local = threading.local()
 
-    def acoustic_light(self) -> bool:
-        """Run the next acoustic item on one thread (decode work is waiting)."""
-        return self.adaptive_acoustic and self._decode_worker.depth() > 0
+    def acoustic_light(self, fixed: bool = False) -> bool:
+        """Run the next acoustic item on one thread (decode work is waiting).
+        ``fixed``: the item's output must repeat (a seeded request): never."""
+        return not fixed and self.adaptive_acoustic and self._decode_worker.depth() > 0
 
-    def set_vocoder_threads(self, first_chunk: bool) -> None:
+    def set_vocoder_threads(self, first_chunk: bool, fixed: bool = False) -> None:
         """On the decode worker, before a chunk: every core for an
-        utterance's first chunk or while the acoustic worker is idle."""
+        utterance's first chunk or while the acoustic worker is idle.
+        ``fixed``: the chunk's output must repeat (a seeded request): the
+        configured count, whatever the load."""
         beside = self._decode_worker.running > 1  # another decode thread works too
-        light = self.adaptive_vocoder and (
-            beside or (not first_chunk and self._acoustic_worker.active())
+        light = (
+            self.adaptive_vocoder
+            and not fixed
+            and (beside or (not first_chunk and self._acoustic_worker.active()))
         )
         want = 1 if light else self.vocoder_threads
         if want != getattr(self._local, "threads", 0):
