@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import msgspec
 from starlette.requests import Request
@@ -27,6 +27,8 @@ from gateway import protocol
 from gateway.audio.containers import RESPONSE_FORMATS, format_support, output_rate
 from gateway.engines.base import StreamRequest, VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
+from gateway.http.compat import HttpCompat, Mode, default_format
+from gateway.http.compat import response_mode as compat_mode
 from gateway.http.errors import gateway_state
 from gateway.http.voices import resolve_voice
 from gateway.protocol import SampleRate, Speed, too_deep
@@ -46,8 +48,6 @@ from gateway.session.validation import (
 )
 from gateway.text.frontend import InputFormat
 
-Mode = Literal["file", "audio", "sse"]
-
 
 class VoiceRef(msgspec.Struct, forbid_unknown_fields=True):
     """OpenAI's voice object form: ``{"id": "alloy"}``."""
@@ -59,7 +59,8 @@ class SpeechBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     input: str
     voice: str | VoiceRef
     model: str | None = None
-    response_format: str = "mp3"
+    #: None: the ``http_compat`` camp's default (``gateway.http.compat``)
+    response_format: str | None = None
     # the protocol's bounded types: out of range, msgspec words it as the
     # WebSocket's decoder does
     speed: Speed = 1.0
@@ -168,16 +169,9 @@ def decode_body(data: bytes | dict[str, Any]) -> SpeechBody:
         raise too_deep() from None
 
 
-#: formats whose streamed form lacks what a whole-file reader needs: a
-#: streamed FLAC's STREAMINFO says "total samples unknown", which libsndfile
-#: cannot read, and the openai SDK's ``speech.create`` reads the body whole.
-#: Unless a client asks for a stream (``stream_format``, ``stream: true``),
-#: these come back as one complete file with exact headers.
-WHOLE_BY_DEFAULT: frozenset[str] = frozenset({"flac"})
-
-
-def response_mode(body: SpeechBody, *, batch: bool = False) -> Mode:
-    """How the audio goes back: a batch item is always a whole file."""
+def response_mode(body: SpeechBody, compat: HttpCompat, *, batch: bool = False) -> Mode:
+    """How the audio goes back (``gateway.http.compat``): a batch item is
+    always a whole file."""
     fmt = body.stream_format
     if batch:
         if body.stream is not None or fmt is not None:
@@ -185,21 +179,12 @@ def response_mode(body: SpeechBody, *, batch: bool = False) -> Mode:
                 "batch items are returned whole: leave out stream and stream_format", "stream"
             )
         return "file"
-    if fmt is not None and fmt not in ("audio", "sse"):
+    mode = compat_mode(body.stream, fmt, body.response_format or default_format(compat), compat)
+    if mode is None:
         raise invalid_config(
             f"stream_format must be 'audio' or 'sse', not {fmt!r}", "stream_format"
         )
-    if body.stream is False:
-        if fmt is not None:
-            raise invalid_config(
-                "`stream: false` and `stream_format` contradict each other", "stream"
-            )
-        return "file"
-    if body.stream is None and fmt is None and body.response_format in WHOLE_BY_DEFAULT:
-        return "file"
-    if fmt == "sse":
-        return "sse"
-    return "audio"  # OpenAI streams the body by default; `stream: true` is the same
+    return mode
 
 
 def _clone_options(body: SpeechBody, cloning: bool) -> dict[str, object]:
@@ -215,8 +200,7 @@ def _clone_options(body: SpeechBody, cloning: bool) -> dict[str, object]:
     }
 
 
-def _output_rate(body: SpeechBody) -> int:
-    fmt = body.response_format
+def _output_rate(body: SpeechBody, fmt: str) -> int:
     if fmt not in RESPONSE_FORMATS:
         raise invalid_config(
             f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, not {fmt!r}",
@@ -242,7 +226,9 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
     raise ``GatewayError``."""
     state = gateway_state(request)
     engine = state.engine
-    mode = response_mode(body, batch=batch)
+    compat = state.settings.http_compat
+    mode = response_mode(body, compat, batch=batch)
+    response_format = body.response_format or default_format(compat)
     if body.model is not None:
         check_model(body.model, engine.name, engine.model_names())
     text = check_input_text(body.input, state.settings.max_utterance_chars)
@@ -252,7 +238,7 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         body.instructions, engine.name, engine.capabilities.instructions
     )
     options = _clone_options(body, engine.capabilities.cloning)
-    rate = _output_rate(body)
+    rate = _output_rate(body, response_format)
     name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
     voice = await resolve_voice(request, name)
     language = None if body.language is None else check_language(body.language, voice)
@@ -260,7 +246,7 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         text=text,
         voice=voice,
         speed=body.speed,
-        response_format=body.response_format,
+        response_format=response_format,
         sample_rate=rate,
         mode=mode,
         instructions=instructions,

@@ -1,19 +1,24 @@
-"""The OpenAI-compatible speech routes: ``POST /v1/audio/speech`` and
-``POST /v1/audio/speech/batch``.  Thin: each concept lives in its module.
+"""The OpenAI-compatible speech routes: ``POST /v1/audio/speech`` and the
+batch routes (``POST /v1/audio/speech/batch``, vllm-omni 0.30's shape, and
+``/v1/audio/speech/batch/gateway``, the gateway's own).  Thin: each concept
+lives in its module.
 
 * ``gateway.http.plan``: the request schema, validated into a ``SpeechPlan``;
 * ``gateway.http.synthesis``: the plan spoken through the delivery pipeline
   (``gateway.text.pipeline``) and encoded (``ContainerEncoder``);
+* ``gateway.http.compat``: where OpenAI and vllm-omni disagree (the default
+  format; what ``stream`` and a body without it mean);
 * ``gateway.http.sse``: ``stream_format: "sse"`` events;
 * ``gateway.http.response``: the ASGI response that stops the work when the
   client goes away;
 * ``gateway.http.batch``: the batch route.
 
-Three response modes for a single request: ``audio`` (OpenAI's default
-``stream_format``, or vllm-omni's ``stream: true``): a chunked body, each
-piece sent as soon as it is encoded; ``sse``: ``speech.audio.delta`` events
-with base64 audio, then ``speech.audio.done``; ``file`` (``stream: false``):
-one complete file with exact headers.
+Three response modes for a single request (``gateway.http.compat`` picks
+one): ``audio`` (``stream_format: "audio"``): a chunked body, each piece
+sent as soon as it is encoded; ``sse`` (``stream_format: "sse"``, or
+vllm-omni's ``stream: true``): ``speech.audio.delta`` events with base64
+audio, then ``speech.audio.done``; ``file`` (``stream: false``): one
+complete file with exact headers.
 
 Admission: ``GatewayState.http_admission`` (``max_http_streams``) caps HTTP
 synthesis separately from the WebSocket's ``max_active_streams``, with the
@@ -38,7 +43,7 @@ from gateway.errors import GatewayError
 from gateway.flow.admission import ClientGone, Refused
 from gateway.http import sse
 from gateway.http.admission import disconnected, http_busy, http_client
-from gateway.http.batch import speech_batch
+from gateway.http.batch import speech_batch, speech_batch_gateway
 from gateway.http.errors import (
     check_request,
     error_response,
@@ -111,6 +116,7 @@ def speech_routes() -> list[Route]:
     return [
         Route("/v1/audio/speech", speech, methods=["POST"]),
         Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
+        Route("/v1/audio/speech/batch/gateway", speech_batch_gateway, methods=["POST"]),
     ]
 
 
