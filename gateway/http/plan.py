@@ -43,6 +43,7 @@ from gateway.session.validation import (
     check_pronunciations,
     check_sample_rate,
     check_speed,
+    check_speed_honoured,
     check_vllm_fields,
     invalid_config,
 )
@@ -233,6 +234,7 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         check_model(body.model, engine.name, engine.model_names())
     text = check_input_text(body.input, state.settings.max_utterance_chars)
     check_speed(body.speed)
+    check_speed_honoured(body.speed, engine.name, engine.capabilities.speed)
     controls = text_controls(body)
     instructions = check_instructions(
         body.instructions, engine.name, engine.capabilities.instructions

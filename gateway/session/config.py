@@ -27,6 +27,7 @@ from gateway.session.validation import (
     check_pronunciations,
     check_sample_rate,
     check_speed,
+    check_speed_honoured,
     check_vllm_fields,
 )
 
@@ -105,10 +106,12 @@ def apply_config(
     *,
     instructions: bool = False,
     cloning: bool = False,
+    speed: bool = True,
 ) -> EffectiveConfig:
     """Return the config in force after ``msg``, or raise ``GatewayError``.
-    ``instructions``, ``cloning``: the engine's capabilities (a style prompt,
-    voice-clone fields; those are kept by ``clone_options``)."""
+    ``instructions``, ``cloning``, ``speed``: the engine's capabilities (a
+    style prompt, voice-clone fields, which ``clone_options`` keeps, a pace
+    other than 1.0)."""
     check_vllm_fields(vllm_fields(msg), cloning)
     if _given(msg.voice) and _given(msg.speaker):
         assert isinstance(msg.voice, str) and isinstance(msg.speaker, str)
@@ -145,6 +148,7 @@ def apply_config(
     # built in code goes through the same check
     if isinstance(msg.speed, float | int) and not isinstance(msg.speed, bool):
         check_speed(msg.speed)
+        check_speed_honoured(msg.speed, engine_name, speed)
     if isinstance(msg.sample_rate, int) and not isinstance(msg.sample_rate, bool):
         check_sample_rate(msg.sample_rate)
     for name in (

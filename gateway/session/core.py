@@ -351,6 +351,7 @@ class Session:
             engine.model_names(),
             instructions=caps.instructions,
             cloning=caps.cloning,
+            speed=caps.speed,
         )
         options = clone_options(self.clone_options, message, caps.cloning)
         if self.busy() and (new.framing != self.config.framing):
