@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import AsyncGenerator
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -70,6 +71,23 @@ def _headers(plan: SpeechPlan) -> dict[str, str]:
     return headers
 
 
+async def _then_usage_headers(
+    body: AsyncGenerator[bytes, None],
+    plan: SpeechPlan,
+    encoder: ContainerEncoder,
+    headers: dict[str, str],
+) -> AsyncGenerator[bytes, None]:
+    """``body``, then vllm-omni 0.30's usage headers of a whole file
+    (``sse.usage_headers``: the usage SSE's ``speech.audio.done`` carries)."""
+    try:
+        async for piece in body:
+            yield piece
+        audio_ms = round(encoder.samples * 1000 / plan.sample_rate)
+        headers.update(sse.usage_headers(sse.usage(len(plan.text), audio_ms)))
+    finally:
+        await body.aclose()
+
+
 async def speech(request: Request) -> Response | SpeechResponse:
     state = gateway_state(request)
     if (refused := check_request(request)) is not None:
@@ -96,16 +114,19 @@ async def speech(request: Request) -> Response | SpeechResponse:
     except Exception:
         slots.release(ticket)  # the response that would release it never starts
         return error_response(internal_error(f"creating the {plan.response_format} encoder"), state)
+    headers = _headers(plan)
     if plan.mode == "sse":
         body = sse.sse_events(state, plan, label, encoder)
         media_type = sse.MEDIA_TYPE
     else:
         body = encoded_audio(state, plan, label, encoder)
         media_type = encoder.media_type
+        if plan.mode == "file":  # its headers go out after the whole body
+            body = _then_usage_headers(body, plan, encoder, headers)
     return SpeechResponse(
         body,
         media_type=media_type,
-        headers=_headers(plan),
+        headers=headers,
         state=state,
         whole=plan.mode == "file",
         on_close=lambda: slots.release(ticket),

@@ -14,6 +14,8 @@ with an ``event:`` line before each ``data:`` line:
 
 No tokenizer here: ``input_tokens`` counts characters, ``output_tokens``
 milliseconds of audio (``audio_tokens``: no reference audio conditions it).
+A whole file (``stream: false``) carries the same usage in 0.30's
+``X-VLLM-OMNI-*`` headers (``usage_headers``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,27 @@ def usage(characters: int, audio_ms: int) -> dict[str, Any]:
         "total_tokens": characters + audio_ms,
         "input_token_details": {"text_tokens": characters, "audio_tokens": 0},
     }
+
+
+#: vllm-omni 0.30's usage headers of a whole file (``serving_speech.py``)
+USAGE_HEADERS = {
+    "X-VLLM-OMNI-INPUT-TOKENS": ("input_tokens",),
+    "X-VLLM-OMNI-OUTPUT-TOKENS": ("output_tokens",),
+    "X-VLLM-OMNI-TOTAL-TOKENS": ("total_tokens",),
+    "X-VLLM-OMNI-INPUT-TEXT-TOKENS": ("input_token_details", "text_tokens"),
+    "X-VLLM-OMNI-INPUT-AUDIO-TOKENS": ("input_token_details", "audio_tokens"),
+}
+
+
+def usage_headers(counts: dict[str, Any]) -> dict[str, str]:
+    """A ``usage`` as 0.30's ``X-VLLM-OMNI-*`` headers."""
+    out = {}
+    for header, path in USAGE_HEADERS.items():
+        value: Any = counts
+        for key in path:
+            value = value[key]
+        out[header] = str(value)
+    return out
 
 
 async def sse_events(

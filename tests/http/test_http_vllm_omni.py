@@ -121,6 +121,16 @@ def test_vllm_omni_camp_defaults(server_factory: Callable[..., RunningServer]) -
     assert int.from_bytes(data[4:8], "little") == len(data) - 8  # RIFF size, not 0xFFFFFFFF
     audio, rate = sf.read(io.BytesIO(data), dtype="float32")
     assert rate == 24_000 and len(audio) > rate
+    # 0.30's usage headers of a whole file: characters and milliseconds here
+    audio_ms = round(len(audio) * 1000 / rate)
+    usage = {k: int(v) for k, v in response.headers.items() if k.startswith("x-vllm-omni-")}
+    assert usage == {
+        "x-vllm-omni-input-tokens": len(TEXT),
+        "x-vllm-omni-output-tokens": audio_ms,
+        "x-vllm-omni-total-tokens": len(TEXT) + audio_ms,
+        "x-vllm-omni-input-text-tokens": len(TEXT),
+        "x-vllm-omni-input-audio-tokens": 0,
+    }
     # what a body says is the same under both camps
     streamed = speech(server, stream_format="audio", response_format="pcm")
     assert "content-length" not in streamed.headers and len(streamed.content) > 48_000
