@@ -4,7 +4,8 @@ subprocess and read the one JSON line it prints.
 
 ``bench BASE_URL CONCURRENCY PROMPTS``: what ``vllm bench serve --omni
 --backend openai-audio-speech`` does, from Python (its command line does
-not run here; docs/http_api.md says why): the model id from
+not run here: ``vllm_omni/entrypoints/cli/serve.py`` imports ``diffusers``,
+which the benchmark does not need; docs/http_api.md): the model id from
 ``GET /v1/models`` (vLLM's ``get_first_model_from_server``), then
 vllm-omni's ``benchmark()`` (``vllm_omni/benchmarks/patch/patch.py``) with
 its ``openai-audio-speech`` request function and its metrics, at
