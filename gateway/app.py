@@ -25,6 +25,7 @@ from gateway import __version__
 from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
 from gateway.http.guard import ApiGuard
+from gateway.http.models import model_routes
 from gateway.http.outbound import remember_http_cycle
 from gateway.http.speech import log_format_support, speech_routes
 from gateway.http.voices import voice_routes
@@ -165,6 +166,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
         WebSocketRoute("/v1/audio/speech/stream", stream_endpoint),
         *speech_routes(),
         *voice_routes(),
+        *model_routes(),
     ]
     # the demo page ships inside the package (gateway/ops/resources.py): serve it
     # unconditionally, so a packaging mistake fails at start, not as a 404

@@ -390,7 +390,7 @@ class VoiceListResult(_Message, tag="voice.list.result", kw_only=True):
 
 class VoiceAddResult(_Message, tag="voice.add.result", kw_only=True):
     request_id: RequestId = None
-    voice: dict[str, Any]  #: as ``POST /v1/audio/voices`` answers (``type: uploaded``)
+    voice: dict[str, Any]  #: as ``GET /v1/audio/voices`` lists it in ``data`` (``type: uploaded``)
 
 
 class VoiceRemoveResult(_Message, tag="voice.remove.result", kw_only=True):

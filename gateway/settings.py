@@ -158,6 +158,10 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     #: finishing what was flushed before the rest is cancelled and reported
     drain_timeout_s: float = 10.0
     # --- HTTP API -------------------------------------------------------------
+    #: whose defaults a speech request that does not say gets, where OpenAI
+    #: and vllm-omni 0.30 disagree: ``openai`` (``mp3``, a streamed body) or
+    #: ``vllm-omni`` (``wav``, one whole file); ``gateway/http/compat.py``
+    http_compat: Literal["openai", "vllm-omni"] = "openai"
     #: OpenAI voice names and the installed voice each speaks with
     #: (``alias=voice``; ``default`` is the engine's default voice)
     voice_aliases: list[str] = msgspec.field(

@@ -372,7 +372,7 @@ def test_batch_items_take_the_text_controls(
 ) -> None:
     server = server_factory(engine=recording)
     response = httpx.post(
-        server.http + "/v1/audio/speech/batch",
+        server.http + "/v1/audio/speech/batch/gateway",
         json={
             "model": "tts-1",
             "voice": "alloy",

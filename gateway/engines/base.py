@@ -100,6 +100,9 @@ class Capabilities:
     cloning: bool = False
     #: honours free-form style instructions (``StreamRequest.instructions``)
     instructions: bool = False
+    #: honours ``StreamRequest.speed`` other than 1.0 (an upstream only when
+    #: its replicas do so on a stream: vllm-omni 0.30 refuses it otherwise)
+    speed: bool = True
     #: BCP-47 tags of the languages its voices speak
     languages: tuple[str, ...] = ()
     input: InputGranularity = "segments"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, get_args
 
 import msgspec
 from starlette.requests import Request
@@ -27,6 +27,8 @@ from gateway import protocol
 from gateway.audio.containers import RESPONSE_FORMATS, format_support, output_rate
 from gateway.engines.base import StreamRequest, VoiceInfo
 from gateway.errors import ErrorCode, GatewayError
+from gateway.http.compat import HttpCompat, Mode, default_format
+from gateway.http.compat import response_mode as compat_mode
 from gateway.http.errors import gateway_state
 from gateway.http.voices import resolve_voice
 from gateway.protocol import SampleRate, Speed, too_deep
@@ -41,6 +43,7 @@ from gateway.session.validation import (
     check_sample_rate,
     check_seed,
     check_speed,
+    check_speed_honoured,
     check_vllm_fields,
     invalid_config,
     references_to_ref_audio,
@@ -48,8 +51,6 @@ from gateway.session.validation import (
 )
 from gateway.text.frontend import InputFormat
 from gateway.voices.catalog import DEFAULT_VOICE_NAME
-
-Mode = Literal["file", "audio", "sse"]
 
 _any_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
@@ -71,7 +72,8 @@ class SpeechBody(msgspec.Struct, kw_only=True):
     voice: str | VoiceRef | None = None
     speaker: str | VoiceRef | None = None  #: vllm-omni's alias of ``voice``
     model: str | None = None
-    response_format: str = "mp3"
+    #: None: the ``http_compat`` camp's default (``gateway.http.compat``)
+    response_format: str | None = None
     # the protocol's bounded types: out of range, msgspec words it as the
     # WebSocket's decoder does
     speed: Speed = 1.0
@@ -214,16 +216,9 @@ def decode_request(data: bytes | dict[str, Any]) -> tuple[SpeechBody, list[str]]
     return body, unknown_fields(list(raw), BODY_FIELDS)
 
 
-#: formats whose streamed form lacks what a whole-file reader needs: a
-#: streamed FLAC's STREAMINFO says "total samples unknown", which libsndfile
-#: cannot read, and the openai SDK's ``speech.create`` reads the body whole.
-#: Unless a client asks for a stream (``stream_format``, ``stream: true``),
-#: these come back as one complete file with exact headers.
-WHOLE_BY_DEFAULT: frozenset[str] = frozenset({"flac"})
-
-
-def response_mode(body: SpeechBody, *, batch: bool = False) -> Mode:
-    """How the audio goes back: a batch item is always a whole file."""
+def response_mode(body: SpeechBody, compat: HttpCompat, *, batch: bool = False) -> Mode:
+    """How the audio goes back (``gateway.http.compat``): a batch item is
+    always a whole file."""
     fmt = body.stream_format
     if batch:
         if body.stream is not None or fmt is not None:
@@ -231,21 +226,14 @@ def response_mode(body: SpeechBody, *, batch: bool = False) -> Mode:
                 "batch items are returned whole: leave out stream and stream_format", "stream"
             )
         return "file"
-    if fmt is not None and fmt not in ("audio", "sse"):
+    if body.word_timestamps and body.stream is None and fmt is None:
+        return "file"  # the timings ride the whole file's headers (vllm-omni 0.30)
+    mode = compat_mode(body.stream, fmt, body.response_format or default_format(compat), compat)
+    if mode is None:
         raise invalid_config(
             f"stream_format must be 'audio' or 'sse', not {fmt!r}", "stream_format"
         )
-    if body.stream is False:
-        if fmt is not None:
-            raise invalid_config(
-                "`stream: false` and `stream_format` contradict each other", "stream"
-            )
-        return "file"
-    if body.stream is None and fmt is None and body.response_format in WHOLE_BY_DEFAULT:
-        return "file"
-    if fmt == "sse":
-        return "sse"
-    return "audio"  # OpenAI streams the body by default; `stream: true` is the same
+    return mode
 
 
 def _clone_options(body: SpeechBody, cloning: bool) -> dict[str, object]:
@@ -259,8 +247,7 @@ def _clone_options(body: SpeechBody, cloning: bool) -> dict[str, object]:
     }
 
 
-def _output_rate(body: SpeechBody) -> int:
-    fmt = body.response_format
+def _output_rate(body: SpeechBody, fmt: str) -> int:
     if fmt not in RESPONSE_FORMATS:
         raise invalid_config(
             f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, not {fmt!r}",
@@ -286,17 +273,20 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
     raise ``GatewayError``."""
     state = gateway_state(request)
     engine = state.engine
-    mode = response_mode(body, batch=batch)
+    compat = state.settings.http_compat
+    mode = response_mode(body, compat, batch=batch)
+    response_format = body.response_format or default_format(compat)
     if body.model is not None:
         check_model(body.model, engine.name, engine.model_names())
     text = check_input_text(body.input, state.settings.max_utterance_chars)
     check_speed(body.speed)
+    check_speed_honoured(body.speed, engine.name, engine.capabilities.speed)
     controls = text_controls(body)
     instructions = check_instructions(
         body.instructions, engine.name, engine.capabilities.instructions
     )
     options = _clone_options(body, engine.capabilities.cloning)
-    rate = _output_rate(body)
+    rate = _output_rate(body, response_format)
     seed = check_seed(body.seed, engine.name, engine.capabilities.seed)
     if body.word_timestamps:
         if batch:
@@ -311,7 +301,7 @@ async def make_plan(request: Request, body: SpeechBody, *, batch: bool = False) 
         text=text,
         voice=voice,
         speed=body.speed,
-        response_format=body.response_format,
+        response_format=response_format,
         sample_rate=rate,
         mode=mode,
         instructions=instructions,

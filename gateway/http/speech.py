@@ -1,19 +1,24 @@
-"""The OpenAI-compatible speech routes: ``POST /v1/audio/speech`` and
-``POST /v1/audio/speech/batch``.  Thin: each concept lives in its module.
+"""The OpenAI-compatible speech routes: ``POST /v1/audio/speech`` and the
+batch routes (``POST /v1/audio/speech/batch``, vllm-omni 0.30's shape, and
+``/v1/audio/speech/batch/gateway``, the gateway's own).  Thin: each concept
+lives in its module.
 
 * ``gateway.http.plan``: the request schema, validated into a ``SpeechPlan``;
 * ``gateway.http.synthesis``: the plan spoken through the delivery pipeline
   (``gateway.text.pipeline``) and encoded (``ContainerEncoder``);
+* ``gateway.http.compat``: where OpenAI and vllm-omni disagree (the default
+  format; what ``stream`` and a body without it mean);
 * ``gateway.http.sse``: ``stream_format: "sse"`` events;
 * ``gateway.http.response``: the ASGI response that stops the work when the
   client goes away;
 * ``gateway.http.batch``: the batch route.
 
-Three response modes for a single request: ``audio`` (OpenAI's default
-``stream_format``, or vllm-omni's ``stream: true``): a chunked body, each
-piece sent as soon as it is encoded; ``sse``: ``speech.audio.delta`` events
-with base64 audio, then ``speech.audio.done``; ``file`` (``stream: false``):
-one complete file with exact headers.
+Three response modes for a single request (``gateway.http.compat`` picks
+one): ``audio`` (``stream_format: "audio"``): a chunked body, each piece
+sent as soon as it is encoded; ``sse`` (``stream_format: "sse"``, or
+vllm-omni's ``stream: true``): ``speech.audio.delta`` events with base64
+audio, then ``speech.audio.done``; ``file`` (``stream: false``): one
+complete file with exact headers.
 
 Admission: ``GatewayState.http_admission`` (``max_http_streams``) caps HTTP
 synthesis separately from the WebSocket's ``max_active_streams``, with the
@@ -42,7 +47,7 @@ from gateway.errors import GatewayError
 from gateway.flow.admission import ClientGone, Refused
 from gateway.http import sse
 from gateway.http.admission import disconnected, http_busy, http_client
-from gateway.http.batch import speech_batch
+from gateway.http.batch import speech_batch, speech_batch_gateway
 from gateway.http.errors import (
     check_request,
     error_response,
@@ -97,14 +102,23 @@ def word_timestamp_headers(words: list[dict[str, Any]]) -> dict[str, str]:
     }
 
 
-async def _then_word_headers(
-    body: AsyncGenerator[bytes, None], words: list[dict[str, Any]], headers: dict[str, str]
+async def _then_file_headers(
+    body: AsyncGenerator[bytes, None],
+    plan: SpeechPlan,
+    encoder: ContainerEncoder,
+    headers: dict[str, str],
+    words: list[dict[str, Any]] | None,
 ) -> AsyncGenerator[bytes, None]:
-    """``body``, then the word headers (a whole file's headers go out after it)."""
+    """``body``, then the headers a whole file carries after it: its word
+    timings (``word_timestamps``) and vllm-omni 0.30's usage headers
+    (``sse.usage_headers``: the usage SSE's ``speech.audio.done`` carries)."""
     try:
         async for piece in body:
             yield piece
-        headers.update(word_timestamp_headers(words))
+        if words is not None:
+            headers.update(word_timestamp_headers(words))
+        audio_ms = round(encoder.samples * 1000 / plan.sample_rate)
+        headers.update(sse.usage_headers(sse.usage(len(plan.text), audio_ms)))
     finally:
         await body.aclose()
 
@@ -143,15 +157,12 @@ async def speech(request: Request) -> Response | SpeechResponse:
     if plan.mode == "sse":
         audio = sse.sse_events(state, plan, label, encoder)
         media_type = sse.MEDIA_TYPE
-    elif plan.word_timestamps:  # a whole file (make_plan): its headers go out last
-        words: list[dict[str, Any]] = []
-        audio = _then_word_headers(
-            encoded_audio(state, plan, label, encoder, words), words, headers
-        )
-        media_type = encoder.media_type
     else:
-        audio = encoded_audio(state, plan, label, encoder)
+        words: list[dict[str, Any]] | None = [] if plan.word_timestamps else None
+        audio = encoded_audio(state, plan, label, encoder, words)
         media_type = encoder.media_type
+        if plan.mode == "file":  # its headers go out after the whole body
+            audio = _then_file_headers(audio, plan, encoder, headers, words)
     return SpeechResponse(
         audio,
         media_type=media_type,
@@ -166,6 +177,7 @@ def speech_routes() -> list[Route]:
     return [
         Route("/v1/audio/speech", speech, methods=["POST"]),
         Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
+        Route("/v1/audio/speech/batch/gateway", speech_batch_gateway, methods=["POST"]),
     ]
 
 

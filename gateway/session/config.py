@@ -27,6 +27,7 @@ from gateway.session.validation import (
     check_sample_rate,
     check_seed,
     check_speed,
+    check_speed_honoured,
     check_vllm_fields,
     invalid_config,
 )
@@ -111,11 +112,12 @@ def apply_config(
     cloning: bool = False,
     seed: bool = False,
     alignment: bool = False,
+    speed: bool = True,
 ) -> EffectiveConfig:
     """Return the config in force after ``msg``, or raise ``GatewayError``.
-    ``instructions``, ``cloning``, ``seed``, ``alignment``: the engine's
-    capabilities (a style prompt, voice-clone fields, kept by
-    ``clone_options``, a sampling seed, word timings)."""
+    ``instructions``, ``cloning``, ``seed``, ``alignment``, ``speed``: the
+    engine's capabilities (a style prompt, voice-clone fields, kept by
+    ``clone_options``, a sampling seed, word timings, a pace other than 1.0)."""
     check_vllm_fields(vllm_fields(msg), cloning)
     if _given(msg.voice) and _given(msg.speaker):
         assert isinstance(msg.voice, str) and isinstance(msg.speaker, str)
@@ -155,6 +157,7 @@ def apply_config(
     # built in code goes through the same check
     if isinstance(msg.speed, float | int) and not isinstance(msg.speed, bool):
         check_speed(msg.speed)
+        check_speed_honoured(msg.speed, engine_name, speed)
     if isinstance(msg.sample_rate, int) and not isinstance(msg.sample_rate, bool):
         check_sample_rate(msg.sample_rate)
     for name in (

@@ -380,6 +380,7 @@ class Session:
             cloning=caps.cloning,
             seed=caps.seed,
             alignment=caps.alignment,
+            speed=caps.speed,
         )
         options = clone_options(self.clone_options, message, caps.cloning)
         if self.busy() and (new.framing != self.config.framing):

@@ -88,6 +88,19 @@ def check_speed(speed: float) -> float:
     return speed
 
 
+def check_speed_honoured(speed: float, engine_name: str, honoured: bool) -> float:
+    """``speed`` other than 1.0 for an engine that declares it can change
+    the pace (``Capabilities.speed``); any other engine takes only 1.0."""
+    if speed != 1.0 and not honoured:
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"`speed` {speed} cannot be honoured by the {engine_name!r} engine (its servers"
+            " do not change the pace of a streamed response); send 1.0",
+            param="speed",
+        )
+    return speed
+
+
 def check_sample_rate(rate: int) -> int:
     if not SAMPLE_RATE_MIN <= rate <= SAMPLE_RATE_MAX:
         raise invalid_config(

@@ -62,6 +62,21 @@ def uploaded_entry(voice: StoredVoice, engine: Engine) -> dict[str, Any]:
     return {**voice.public(), "type": "uploaded", "speakable": can_clone(engine)}
 
 
+def omni_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An ``uploaded_entry`` with vllm-omni 0.30's field names added:
+    ``mime_type``, ``file_size``, ``embedding_source``, ``embedding_dim``,
+    ``speaker_description``.  The listing's ``uploaded_voices`` and the HTTP
+    upload's ``voice``."""
+    return {
+        **entry,
+        "mime_type": entry["media_type"],
+        "file_size": entry["size_bytes"],
+        "embedding_source": "audio",  # the gateway stores reference audio only
+        "embedding_dim": None,
+        "speaker_description": entry["description"],
+    }
+
+
 async def voice_listing(engine: Engine, settings: Settings, store: VoiceStore) -> dict[str, Any]:
     """Built-in voices, aliases and uploaded voices (``GET /v1/audio/voices``)."""
     builtin = [
@@ -96,7 +111,7 @@ async def voice_listing(engine: Engine, settings: Settings, store: VoiceStore) -
         + [a["name"] for a in aliases]
         + [v["name"] for v in uploaded if v["speakable"]],
         "data": builtin + aliases + uploaded,
-        "uploaded_voices": uploaded,
+        "uploaded_voices": [omni_entry(v) for v in uploaded],
     }
 
 
