@@ -64,7 +64,8 @@ def speech(client: httpx.Client, base: str, text: str, **fields: Any) -> dict[st
         timeout=120,
     )
     response.raise_for_status()
-    events = [json.loads(line[6:]) for line in response.text.splitlines() if line]
+    lines = response.text.splitlines()
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
     done = events[-1]
     if done.get("type") != "speech.audio.done":
         raise RuntimeError(f"no audio: {done}")

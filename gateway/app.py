@@ -25,6 +25,7 @@ from gateway import __version__
 from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
 from gateway.http.guard import ApiGuard
+from gateway.http.models import model_routes
 from gateway.http.outbound import remember_http_cycle
 from gateway.http.speech import log_format_support, speech_routes
 from gateway.http.voices import voice_routes
@@ -47,14 +48,10 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok", "version": __version__})
 
 
-async def readyz(request: Request) -> Response:
-    state: GatewayState = request.app.state.gateway
+def _not_ready(state: GatewayState) -> Response | None:
+    """503 while starting, draining or with no engine (None: ready)."""
     if state.ready and not state.shutting_down and state.engine.ready():
-        # saturated (requests waiting for a slot) is still ready: see docs/deployment.md
-        saturated = bool(state.admission.queue.depth or state.http_admission.queue.depth)
-        return JSONResponse(
-            {"status": "ready", "engine": state.engine.name, "saturated": saturated}
-        )
+        return None
     status = (
         "shutting_down"
         if state.shutting_down
@@ -63,6 +60,32 @@ async def readyz(request: Request) -> Response:
         else "starting"
     )
     return JSONResponse({"status": status}, status_code=503)
+
+
+async def readyz(request: Request) -> Response:
+    state: GatewayState = request.app.state.gateway
+    not_ready = _not_ready(state)
+    if not_ready is not None:
+        return not_ready
+    # saturated (requests waiting for a slot) is still ready: see docs/deployment.md
+    saturated = bool(state.admission.queue.depth or state.http_admission.queue.depth)
+    return JSONResponse({"status": "ready", "engine": state.engine.name, "saturated": saturated})
+
+
+async def door(request: Request) -> Response:
+    """``/readyz/conversations``: ready for a new conversation.  503 ``full``
+    while the door is closed (a new WebSocket session would wait at the door,
+    then be refused), so a load balancer sends new conversations elsewhere;
+    sessions already admitted are not affected (docs/deployment.md)."""
+    state: GatewayState = request.app.state.gateway
+    not_ready = _not_ready(state)
+    if not_ready is not None:
+        return not_ready
+    gate = state.admission
+    body = {"admitted": gate.active, "limit": gate.limit, "waiting": gate.depth}
+    if state.door_full():
+        return JSONResponse({"status": "full", **body}, status_code=503)
+    return JSONResponse({"status": "ready", **body})
 
 
 async def metrics(request: Request) -> Response:
@@ -141,10 +164,12 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Starlette:
         # vllm-omni's and vLLM's liveness path: a gateway is a replica on the defaults
         Route("/health", healthz),
         Route("/readyz", readyz),
+        Route("/readyz/conversations", door),
         Route("/metrics", metrics),
         WebSocketRoute("/v1/audio/speech/stream", stream_endpoint),
         *speech_routes(),
         *voice_routes(),
+        *model_routes(),
     ]
     # the demo page ships inside the package (gateway/ops/resources.py): serve it
     # unconditionally, so a packaging mistake fails at start, not as a 404

@@ -22,6 +22,11 @@ client never buffers without bound.  Every item is stamped with the
 ``time.perf_counter()`` of its arrival, so measurements (``gateway.bench``)
 do not depend on how fast the caller consumes.
 
+Ending a session (protocol 2.0.0): ``finish()`` sends ``session.close``, and
+the server speaks what was flushed before it closes; keep iterating
+``events()`` until ``Disconnected`` (code 1000).  ``aclose()`` stops at once:
+``cancel`` for every context, then ``session.close``, then the socket closes.
+
 Reconnects: a connection is one session.  When it is lost, text sent for
 utterances that had not finished (no ``session.done``) is reported in
 ``Disconnected.failed``; ``reconnect()`` opens a new session with the same
@@ -84,7 +89,14 @@ class ClientError(Exception):
 class State(enum.Enum):
     CONNECTING = "connecting"
     OPEN = "open"
+    #: ``finish()`` sent ``session.close``: the server speaks what was flushed,
+    #: then closes; only ``cancel``, ``playback`` and ``ping`` may still be sent
+    CLOSING = "closing"
     CLOSED = "closed"
+
+
+#: what a client may still send after ``session.close``
+_WHILE_CLOSING = (Cancel, Playback, Ping)
 
 
 @dataclass(frozen=True)
@@ -226,12 +238,31 @@ class Client:
         await self._open()
         return failed
 
+    async def finish(self) -> float:
+        """End the session politely: ``session.close``.  The server speaks
+        what was flushed (``done()``, ``flush()``) and reports text never
+        flushed as unspoken, then closes with 1000: keep reading
+        ``events()`` until ``Disconnected``.  ``cancel()`` and ``playback()``
+        still work meanwhile; ``aclose()`` stops at once.  Returns the
+        ``perf_counter`` time it was sent."""
+        if self.state is State.CLOSING:
+            return time.perf_counter()  # sent already
+        await self._send(SessionClose())
+        if self.state is State.OPEN:  # the reader may have seen the close already
+            self.state = State.CLOSING
+        return time.perf_counter()
+
     async def aclose(self, *, send_close: bool = True) -> None:
-        """Send ``session.close`` (unless told not to) and close the socket."""
+        """Stop now and close the socket: ``cancel`` of every context, then
+        ``session.close`` (unless told not to send either).  Since protocol
+        2.0.0 ``session.close`` alone would let the server finish what was
+        flushed; ``finish()`` is that polite end."""
         ws = self._ws
-        if ws is not None and self.state is State.OPEN and send_close:
+        if ws is not None and self.state in (State.OPEN, State.CLOSING) and send_close:
             with contextlib.suppress(ConnectionClosed):
-                await ws.send(encode_text(SessionClose()))
+                await ws.send(encode_text(Cancel(context_id="*")))
+                if self.state is State.OPEN:
+                    await ws.send(encode_text(SessionClose()))
         self.state = State.CLOSED
         if ws is not None:
             await ws.close()
@@ -255,7 +286,12 @@ class Client:
     # --- sending --------------------------------------------------------------
 
     async def _send(self, message: ClientMessage) -> None:
-        if self.state is not State.OPEN or self._ws is None:
+        if self.state is State.CLOSING and not isinstance(message, _WHILE_CLOSING):
+            raise ClientError(
+                "the session is closing (finish() sent session.close); only cancel,"
+                " playback and ping may still be sent"
+            )
+        if self.state not in (State.OPEN, State.CLOSING) or self._ws is None:
             raise ClientError("the connection is closed; reconnect() starts a new session")
         try:
             await self._ws.send(encode_text(message))

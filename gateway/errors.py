@@ -66,6 +66,7 @@ class ErrorCode(enum.StrEnum):
     LISTENER_SILENT = "listener_silent"
     ENGINE_REFUSED = "engine_refused"
     INVALID_SSML = "invalid_ssml"
+    NOT_FOUND = "not_found"
     INTERNAL = "internal"
 
     @property
@@ -175,6 +176,15 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         _BAD,
         "The text is malformed SSML (`input_format: ssml`); the message names the character"
         " position. What came before it is spoken.",
+    ),
+    # HTTP only: vllm-omni 0.30 answers 404 for a voice nobody uploaded; the
+    # WebSocket's ``voice.remove`` keeps ``unknown_voice``
+    ErrorCode.NOT_FOUND: ErrorSpec(
+        "never",
+        None,
+        404,
+        _BAD,
+        "HTTP only: the named resource does not exist (deleting a voice nobody uploaded).",
     ),
     ErrorCode.INTERNAL: ErrorSpec(
         "never",

@@ -7,7 +7,8 @@ round-trips every message class found here.
 
 Compatibility policy (see the docs): within a major ``PROTOCOL_VERSION`` the
 gateway only adds messages and optional fields; clients ignore what they do
-not know.
+not know.  A major bump changes a documented meaning (2.0.0: ``session.close``
+finishes what was flushed before it closes).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from gateway.errors import ErrorCode, GatewayError
 
-PROTOCOL_VERSION = "1.4.0"
+PROTOCOL_VERSION = "2.0.0"
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "mulaw", "alaw"]
 ResponseFormat = Literal["wav", "pcm"]
@@ -47,8 +48,11 @@ class _Message(msgspec.Struct, tag_field="type", omit_defaults=False):
 # --------------------------------------------------------------------------
 
 
-class SessionConfig(_Message, tag="session.config", forbid_unknown_fields=True, kw_only=True):
-    """Fields left out keep their current value (defaults on the first config)."""
+class SessionConfig(_Message, tag="session.config", kw_only=True):
+    """Fields left out keep their current value (defaults on the first config).
+
+    A field of no version of this protocol nor of vllm-omni's is ignored and
+    named in a ``warning`` (``unknown_fields``; before 2.0.0 it was refused)."""
 
     voice: str | UnsetType | None = UNSET
     speaker: str | UnsetType | None = UNSET  #: vllm-omni's alias of ``voice``
@@ -65,7 +69,8 @@ class SessionConfig(_Message, tag="session.config", forbid_unknown_fields=True, 
     timestamps: bool | UnsetType | None = UNSET
     framing: Framing | UnsetType | None = UNSET
     model: str | UnsetType | None = UNSET
-    # vllm-omni fields: accepted at their defaults, otherwise unsupported_option
+    # vllm-omni 0.30's fields (``gateway.session.validation.VLLM_OMNI_FIELDS``
+    # says how each is treated)
     task_type: str | UnsetType | None = UNSET
     instructions: str | UnsetType | None = UNSET
     ref_audio: str | UnsetType | None = UNSET
@@ -76,6 +81,8 @@ class SessionConfig(_Message, tag="session.config", forbid_unknown_fields=True, 
     initial_codec_chunk_frames: int | UnsetType | None = UNSET
     non_streaming_mode: bool | UnsetType | None = UNSET
     word_timestamps: bool | UnsetType | None = UNSET
+    #: reproducible sampling on an engine declaring ``seed`` (since 2.0.0)
+    seed: int | UnsetType | None = UNSET
     # the text front-end (since 1.3.0; ``docs/text.md``)
     input_format: InputFormat | UnsetType | None = UNSET
     normalize: bool | UnsetType | None = UNSET
@@ -113,7 +120,8 @@ class Ping(_Message, tag="ping", kw_only=True):
 
 
 class SessionClose(_Message, tag="session.close"):
-    pass
+    """End the session politely (since 2.0.0): what was flushed is spoken,
+    then the close; ``cancel`` first to stop at once."""
 
 
 #: a client's id for a ``voice.*`` request, echoed in its result or error
@@ -197,6 +205,8 @@ class EngineCapabilities(msgspec.Struct, kw_only=True):
     #: the engine reads numbers and symbols itself: the front-end strips
     #: Markdown and emoji only (since 1.3.0)
     normalizes_text: bool = False
+    #: a ``seed`` makes its sampled output reproducible (since 2.0.0)
+    seed: bool = False
 
 
 class Limits(msgspec.Struct, kw_only=True):
@@ -245,6 +255,11 @@ class EffectiveConfig(msgspec.Struct, kw_only=True):
     emoji: EmojiReading = "drop"
     pronunciations: dict[str, str] = msgspec.field(default_factory=dict)
     debug_engine_text: bool = False
+    #: vllm-omni's ``word_timestamps``: audio as JSON ``audio.chunk`` events
+    #: with the words' timings (since 2.0.0)
+    word_timestamps: bool = False
+    #: the sampling seed in force (since 2.0.0; null: none)
+    seed: int | None = None
 
 
 class SessionCreated(_Message, tag="session.created", kw_only=True):
@@ -287,6 +302,41 @@ class WordTimestamp(msgspec.Struct, kw_only=True):
     char_end: int | None = None
 
 
+class ChunkWord(msgspec.Struct, kw_only=True):
+    """A word of an ``audio.chunk``'s ``timestamps`` (vllm-omni's shape)."""
+
+    word: str
+    start_ms: float  #: from the start of the sentence's audio
+    end_ms: float
+
+
+class AudioChunk(_Message, tag="audio.chunk", kw_only=True):
+    """vllm-omni's JSON audio frame, sent instead of binary frames under
+    ``word_timestamps: true`` (since 2.0.0).  A sentence's last chunk has
+    no audio (``audio_b64: ""``) and carries its words in ``timestamps``;
+    the others carry ``timestamps: null``."""
+
+    utterance_index: int
+    sentence_index: int
+    chunk_id: int  #: from 0 in each sentence
+    chunk_start_ms: int  #: from the start of the sentence's audio
+    chunk_end_ms: int
+    sample_rate: int
+    audio_b64: str  #: the frame's samples in the session's ``encoding``, base64
+    #: the sentence's words (last chunk); ``[]``: none; null: not this chunk
+    timestamps: list[ChunkWord] | None = None
+    context_id: str | None = None
+
+
+class WarningEvent(_Message, tag="warning", kw_only=True):
+    """Something in a client message was ignored; never fatal (since 2.0.0)."""
+
+    code: Literal["unknown_fields"]
+    message: str
+    #: the ignored fields, in the order they came
+    fields: list[str] = msgspec.field(default_factory=list)
+
+
 class Alignment(_Message, tag="alignment", kw_only=True):
     context_id: str | None
     utterance_index: int
@@ -323,7 +373,7 @@ class UtteranceMetrics(msgspec.Struct, kw_only=True):
     compute_ms: float  #: engine time (acoustic + decode)
     compute_rtf: float  #: compute_ms / audio_ms
     sentences: int
-    #: time its first committed segment waited for a stream slot (protocol
+    #: time its first committed segment waited at the door (protocol
     #: 1.3); part of ``first_audio_ms``
     admission_wait_ms: float = 0.0
 
@@ -348,7 +398,7 @@ class VoiceListResult(_Message, tag="voice.list.result", kw_only=True):
 
 class VoiceAddResult(_Message, tag="voice.add.result", kw_only=True):
     request_id: RequestId = None
-    voice: dict[str, Any]  #: as ``POST /v1/audio/voices`` answers (``type: uploaded``)
+    voice: dict[str, Any]  #: as ``GET /v1/audio/voices`` lists it in ``data`` (``type: uploaded``)
 
 
 class VoiceRemoveResult(_Message, tag="voice.remove.result", kw_only=True):
@@ -368,8 +418,9 @@ class Error(_Message, tag="error", kw_only=True):
     action: str | None = None
     #: the ``request_id`` of the ``voice.*`` request that was refused
     request_id: RequestId = None
-    #: on ``busy``: milliseconds to wait before retrying, for an utterance
-    #: refused a stream slot (protocol 1.3) or a sentence no engine server
+    #: on ``busy``: milliseconds to wait before retrying, for a session
+    #: refused at the door (protocol 1.3; since 2.0 only before any of its
+    #: audio) or a sentence no engine server
     #: could take now (HTTP's ``Retry-After``)
     retry_after_ms: int | None = None
     #: on ``busy`` for an utterance that waited in the admission queue and
@@ -390,6 +441,8 @@ ServerMessage = (
     | VoiceListResult
     | VoiceAddResult
     | VoiceRemoveResult
+    | AudioChunk
+    | WarningEvent
     | Error
 )
 SERVER_MESSAGES: tuple[type[_Message], ...] = (
@@ -404,6 +457,8 @@ SERVER_MESSAGES: tuple[type[_Message], ...] = (
     VoiceListResult,
     VoiceAddResult,
     VoiceRemoveResult,
+    AudioChunk,
+    WarningEvent,
     Error,
 )
 
@@ -466,6 +521,18 @@ def decode_client(data: str | bytes) -> ClientMessage:
     except RecursionError:
         raise too_deep() from None
     return _checked(message)
+
+
+#: the field names of ``session.config`` (a message's other keys are ignored
+#: and named in a ``warning``)
+CONFIG_FIELDS: frozenset[str] = frozenset({"type", *SessionConfig.__struct_fields__})
+
+
+def unknown_config_fields(data: str | bytes) -> list[str]:
+    """The keys of a ``session.config`` frame that name no field of it, in
+    order (``data`` already decoded once as a ``SessionConfig``)."""
+    raw = _any_decoder.decode(data)
+    return [key for key in raw if key not in CONFIG_FIELDS] if isinstance(raw, dict) else []
 
 
 def too_deep() -> GatewayError:

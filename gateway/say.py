@@ -83,6 +83,9 @@ async def say(
                             status = 1
                             break
                     case SessionDone(context_id=None):
+                        # all spoken; closing after it (not with finish()
+                        # right after input.done) keeps a long text clear of
+                        # the server's drain_timeout_s bound on a polite close
                         break
                     case Disconnected():
                         print(f"error: connection closed ({event.code})", file=sys.stderr)

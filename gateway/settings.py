@@ -114,9 +114,11 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     #: ``written<TAB>spoken`` entry a line (``docs/text.md``); "" none
     lexicon_file: str = ""
     # --- limits -------------------------------------------------------------
-    max_message_bytes: int = 1_048_576
-    max_input_text_bytes: int = 65_536
-    max_utterance_chars: int = 20_000
+    #: vllm-omni 0.30 takes a 4 MiB ``session.config`` (reference audio inside)
+    max_message_bytes: int = 4_194_304
+    #: any ``input.text`` vllm-omni 0.30 takes (128 Ki characters of up to 4 bytes)
+    max_input_text_bytes: int = 524_288
+    max_utterance_chars: int = 131_072
     #: engine text per utterance (or HTTP request) once the front-end has
     #: expanded it (aliases, numbers and symbols read out): past it the rest
     #: is refused with ``text_too_long`` (``docs/text.md``, "Bounded work");
@@ -134,15 +136,16 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     max_messages_per_second: int = 100
     #: new connections per minute per client address
     max_connections_per_minute: int = 120
-    #: utterances streaming at once across the server; beyond it they wait
-    #: in the admission queue (docs/configuration.md, "Sizing admission").
-    #: 0: automatic, measured at start and following the engine's load
-    #: (``gateway.flow.capacity``)
+    #: WebSocket sessions admitted at once (the door: a session is admitted
+    #: at its first committed text and keeps its place until it ends); beyond
+    #: it new sessions wait in the admission queue (docs/configuration.md,
+    #: "Sizing admission").  0: automatic, sized from what conversations cost
+    #: on this machine (``gateway.flow.capacity``)
     max_active_streams: int = 0
-    #: of those, the most one WebSocket session may hold at once (a slot is
-    #: held only while committed text is synthesized or queued)
+    #: utterances of one admitted session synthesized at once (all its
+    #: contexts); more wait for the session's own, never refused
     max_streams_per_session: int = 4
-    #: requests (utterances, HTTP responses) that may wait for a slot, per
+    #: requests (sessions at the door, HTTP responses) that may wait, per
     #: surface; beyond it ``busy`` at once (0: no queue, refuse when full)
     admission_queue_length: int = 64
     #: the longest a request waits for a slot before ``busy`` (with retry advice)
@@ -156,8 +159,14 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     config_timeout_s: float = 10.0
     idle_timeout_s: float = 30.0
     stall_timeout_s: float = 10.0
+    #: how long a shutdown, and a WebSocket ``session.close``, may spend
+    #: finishing what was flushed before the rest is cancelled and reported
     drain_timeout_s: float = 10.0
     # --- HTTP API -------------------------------------------------------------
+    #: whose defaults a speech request that does not say gets, where OpenAI
+    #: and vllm-omni 0.30 disagree: ``openai`` (``mp3``, a streamed body) or
+    #: ``vllm-omni`` (``wav``, one whole file); ``gateway/http/compat.py``
+    http_compat: Literal["openai", "vllm-omni"] = "openai"
     #: OpenAI voice names and the installed voice each speaks with
     #: (``alias=voice``; ``default`` is the engine's default voice)
     voice_aliases: list[str] = msgspec.field(

@@ -8,7 +8,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gateway.engines.base import Engine
 from gateway.engines.throughput import realtime_streams
@@ -22,10 +22,15 @@ from gateway.ws.outbound import ConnectionGone
 
 log = logging.getLogger(__name__)
 
-#: the WebSocket slots of ``max_active_streams = 0`` (automatic) for an engine
+#: the door (sessions admitted) of ``max_active_streams = 0`` (automatic) for an engine
 #: whose load the gateway cannot follow (``gateway.flow.capacity``), and until
 #: the start's measurement
 FIXED_ACTIVE_STREAMS = 20
+
+#: how often a drain looks whether its sessions still have work (a
+#: shutdown's ``GatewayState.drain``, a ``session.close`` in the endpoint's
+#: reader): many streams, no single event to wait on
+DRAIN_POLL_S = 0.05
 
 
 class LiveSession(Protocol):
@@ -37,6 +42,13 @@ class LiveSession(Protocol):
     async def begin_drain(self) -> None: ...
 
     async def close(self, code: int, reason: str) -> None: ...
+
+
+@runtime_checkable
+class Speaker(Protocol):
+    """An admitted session, as the door's follower reads it (``Session``)."""
+
+    def speaking(self) -> bool: ...
 
 
 class RateLimiter:
@@ -71,7 +83,7 @@ class GatewayState:
     connection_rates: dict[str, RateLimiter] = field(default_factory=dict)
     #: the server's pronunciation lexicon (``lexicon_file``), read at start
     lexicon: Lexicon = ()
-    #: utterances streaming at once over WebSockets (``max_active_streams``)
+    #: WebSocket sessions admitted at once (``max_active_streams``): the door
     admission: AdmissionGate = field(init=False)
     #: HTTP speech responses in progress (``max_http_streams``)
     http_admission: AdmissionGate = field(init=False)
@@ -91,7 +103,6 @@ class GatewayState:
                 s.max_active_streams or FIXED_ACTIVE_STREAMS,
                 s.admission_queue_length,
                 s.admission_deadline_s,
-                per_holder=s.max_streams_per_session,
             ),
             self.metrics.admission("ws"),
         )
@@ -100,11 +111,24 @@ class GatewayState:
             self.metrics.admission("http"),
         )
 
+    def speaking_sessions(self) -> int:
+        """Admitted WebSocket sessions that speak now (``Session.speaking``)."""
+        return sum(
+            1
+            for holder in self.admission.queue.holders()
+            if isinstance(holder, Speaker) and holder.speaking()
+        )
+
+    def door_full(self) -> bool:
+        """The door is closed: a new conversation would wait (or be refused)."""
+        gate = self.admission
+        return gate.active >= gate.limit or gate.depth > 0
+
     async def start_automatic_admission(self) -> asyncio.Task[None] | None:
-        """Measure the engine and follow its load with the WebSocket slots
+        """Measure the engine and follow its load with the door
         (``max_active_streams = 0``, ``gateway.flow.capacity``).  None for an
-        engine that reports no lateness: the slots are then its declared
-        ``max_concurrency``, or ``FIXED_ACTIVE_STREAMS``."""
+        engine that reports no lateness: the door then admits its declared
+        ``max_concurrency`` sessions, or ``FIXED_ACTIVE_STREAMS``."""
         engine, gate = self.engine, self.admission
         if engine.take_lateness() is None:
             if engine.capabilities.max_concurrency:
@@ -113,17 +137,27 @@ class GatewayState:
         policy = capacity.CapacityPolicy(ceiling=self.settings.max_sessions)
         self.measured_streams = await realtime_streams(engine)
         engine.take_lateness()  # the probe's own work is not load
-        controller = capacity.SlotController(
-            capacity.seed_limit(self.measured_streams, policy), policy
+        controller = capacity.DoorController(
+            capacity.seed_capacity(self.measured_streams, policy), policy
         )
+        self.metrics.report_door(controller.capacity, controller.limit, None, 0, 0.0)
         log.info(
-            "automatic admission: %.1f real-time streams measured, starting at %d slots (up to %d)",
+            "automatic admission: %.1f real-time streams measured, capacity %.1f streams,"
+            " the door admits %d sessions to start (up to %d)",
             self.measured_streams,
+            controller.capacity,
             controller.limit,
             policy.ceiling,
         )
+
+        def report(door: capacity.DoorController, speaking: int) -> None:
+            self.metrics.report_door(
+                door.capacity, door.limit, door.slack_p10, speaking, door.share
+            )
+
         return asyncio.create_task(
-            capacity.follow(gate, engine.take_lateness, controller), name="admission-capacity"
+            capacity.follow(gate, engine.take_lateness, self.speaking_sessions, controller, report),
+            name="admission-capacity",
         )
 
     async def drain(self) -> None:
@@ -141,9 +175,8 @@ class GatewayState:
                 await session.begin_drain()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.settings.drain_timeout_s):
-                # many sessions' streams, no single event to wait on: poll
                 while any(s.busy() for s in self.live_sessions):  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)
+                    await asyncio.sleep(DRAIN_POLL_S)
         await asyncio.gather(
             *(s.close(CloseCode.GOING_AWAY, "server shutdown") for s in list(self.live_sessions)),
             return_exceptions=True,

@@ -20,7 +20,10 @@ requests):
 * ``sse_leak``: an SSE error event whose message holds ``leak``.
 
 ``open_bodies`` counts speech bodies being sent now (a body the client
-dropped ends, and is no longer counted), ``speech_requests`` every request.
+dropped ends, and is no longer counted), ``speech_requests`` every request,
+``bodies`` keeps each request's JSON.  ``omni_speed_rule``: a streamed
+request with ``speed`` other than 1.0 is refused (400) as vllm-omni 0.30
+refuses it for a model without native speed control.
 The probes: ``/health``, ``/healthz`` (200), ``/v1/models`` (200 unless
 ``models_fail`` is set), ``/v1/audio/voices`` (``voices``, this gateway's
 ``data`` shape, with ``RATE`` unless ``listed_rates`` is off).  A
@@ -81,8 +84,13 @@ class FaultReplica:
     voices: list[str] = field(default_factory=lambda: ["tone"])
     #: the listing gives each voice's rate (vllm-omni's does not)
     listed_rates: bool = True
+    #: answer a streamed request with ``speed`` other than 1.0 as vllm-omni
+    #: 0.30 does for a model without native speed control (400)
+    omni_speed_rule: bool = False
     speech_requests: int = 0
     open_bodies: int = 0
+    #: every speech request's JSON body, in order
+    bodies: list[dict[str, object]] = field(default_factory=list)
     port: int = 0
 
     @property
@@ -109,6 +117,14 @@ class FaultReplica:
         async def speech(request: Request) -> Response:
             self.speech_requests += 1
             body = await request.json()
+            self.bodies.append(body)
+            streamed = body.get("stream") is True or body.get("stream_format") is not None
+            if self.omni_speed_rule and streamed and body.get("speed", 1.0) != 1.0:
+                message = (  # vllm-omni 0.30's serving_speech.py words
+                    "Streaming is not supported with speed adjustment. Use a non-streaming"
+                    " request or remove the speed parameter."
+                )
+                return JSONResponse({"error": {"message": message}}, 400)
             text = str(body.get("input", ""))
             mode = self.speech
             pcm_headers = {"X-Sample-Rate": str(RATE)}

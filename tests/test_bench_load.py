@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import httpx
+
 from gateway.bench import load
 from gateway.bench.drivers import Pacing
 from gateway.bench.load import rss_mib, vllm_omni_payload
@@ -17,12 +19,23 @@ from tests.conftest import RunningServer
 def test_the_payload_is_vllm_omnis_benchmark_payload() -> None:
     assert vllm_omni_payload("Hello.") == {
         "input": "Hello.",
-        "language": "English",
         "stream": True,
+        "stream_format": "audio",
         "response_format": "pcm",
-        "task_type": "CustomVoice",
         "voice": "joe",
     }
+
+
+def test_the_payload_gets_a_raw_pcm_stream(piper_server: RunningServer) -> None:
+    """What the http-load scenario measures is raw PCM, not SSE (``stream:
+    true`` alone is SSE, as in vllm-omni 0.30)."""
+    response = httpx.post(
+        piper_server.http + "/v1/audio/speech", json=vllm_omni_payload("Hello there."), timeout=60
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "audio/pcm"
+    assert "content-length" not in response.headers  # streamed
+    assert len(response.content) % 2 == 0 and len(response.content) > 24_000
 
 
 def test_the_http_base_follows_the_websocket_url() -> None:
@@ -70,6 +83,7 @@ async def test_overload_reports_how_long_each_refusal_waited_in_the_queue(
     assert summary["kind"] == "overload"
     assert (summary["admitted"], summary["busy"], summary["busy_with_retry_advice"]) == (1, 2, 2)
     assert summary["busy_refused_at_once"] == 0 and summary["other_errors"] == []
+    assert summary["busy_after_audio"] == 0
     refused = [line for line in lines if line["kind"] == "overload_session" and line["busy"]]
     assert all(300 <= line["queue_waited_ms"] < 3000 for line in refused)
     assert summary["busy_queue_waited_ms"]["n"] == 2

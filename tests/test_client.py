@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import msgspec
 import pytest
+from websockets.asyncio.server import ServerConnection, serve
 
 from gateway.client import (
     LOW_LATENCY,
@@ -16,8 +18,9 @@ from gateway.client import (
     Event,
     frame_ms,
 )
-from gateway.protocol import AudioCancelled, AudioStart, SessionConfig, SessionDone
+from gateway.protocol import AudioCancelled, AudioStart, SessionConfig, SessionDone, encode_text
 from tests.conftest import RunningServer
+from tests.helpers import open_ws
 
 PARAGRAPH = (
     "The library opens at eight in the morning on weekdays and at ten on Saturdays."
@@ -161,3 +164,65 @@ async def test_config_rejection_raises(piper_server: RunningServer) -> None:
         with pytest.raises(ClientError, match="unknown_voice"):
             await client.configure(SessionConfig(voice="no-such-voice"))
         assert client.config is not None and client.config.voice == "joe"  # unchanged
+
+
+async def test_finish_speaks_what_was_flushed_then_the_server_closes(
+    piper_server: RunningServer,
+) -> None:
+    """Protocol 2.0.0: ``finish()`` right after ``done()`` hears the whole
+    utterance, then ``Disconnected`` with 1000; only cancel/playback/ping
+    may still be sent."""
+    async with await Client.connect(piper_server.ws_url) as reference:
+        expected, _ = await reference.speak(PARAGRAPH)
+    client = await Client.connect(piper_server.ws_url)
+    async with client:
+        await client.send_text(PARAGRAPH)
+        await client.done()
+        await client.finish()
+        await client.finish()  # once is enough: nothing more is sent
+        with pytest.raises(ClientError, match="closing"):
+            await client.send_text("too late")
+        await client.ping()
+        audio = bytearray()
+        async with asyncio.timeout(60):
+            events = [event async for event in client.events()]
+    for event in events:
+        if isinstance(event, AudioFrame):
+            audio += event.data
+    finished = [e for e in events if isinstance(e, SessionDone)]
+    assert len(finished) == 1 and not finished[0].cancelled
+    assert not any(isinstance(e, AudioCancelled) for e in events)
+    last = events[-1]
+    assert isinstance(last, Disconnected) and last.code == 1000 and not last.failed
+    assert bytes(audio) == expected
+
+
+async def test_aclose_stops_at_once_with_a_cancel(piper_server: RunningServer) -> None:
+    """``aclose()`` is "stop now": ``cancel`` for every context before
+    ``session.close`` (which alone would finish the utterance).  A loopback
+    server records what the client sends; it answers with the gateway's
+    own ``session.created`` and ``session.updated``."""
+    async with await open_ws(piper_server.ws_url) as ws:
+        created = await ws.recv()
+        await ws.send(encode_text(LOW_LATENCY))
+        updated = await ws.recv()
+    received: list[str] = []
+
+    async def record(conn: ServerConnection) -> None:
+        await conn.send(created)
+        async for raw in conn:
+            message = json.loads(raw)
+            received.append(message["type"])
+            if message["type"] == "session.config":
+                await conn.send(updated)
+
+    async with serve(record, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        client = await Client.connect(f"ws://127.0.0.1:{port}")
+        await client.send_text(PARAGRAPH)
+        await client.done()
+        await client.aclose()
+        async with asyncio.timeout(5):
+            while received[-1:] != ["session.close"]:
+                await asyncio.sleep(0.01)
+    assert received == ["session.config", "input.text", "input.done", "cancel", "session.close"]

@@ -35,7 +35,7 @@ from tests.helpers import Transcript, open_ws, recv_until, send
 MAX_MESSAGE = 4096
 SERVER_TYPES = {
     "session.created", "session.updated", "audio.start", "alignment", "audio.done",
-    "audio.cancelled", "session.done", "pong", "error",
+    "audio.cancelled", "session.done", "pong", "error", "warning", "audio.chunk",
     "voice.list.result", "voice.add.result", "voice.remove.result",
 }  # fmt: skip
 CLOSE_CODES = {1000, 1007, 1008, 1009, 1011, 1013, 4001, 4002, 4008}

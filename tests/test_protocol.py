@@ -49,6 +49,8 @@ _EFFECTIVE = protocol.EffectiveConfig(
     emoji="name",
     pronunciations={"SQL": "sequel"},
     debug_engine_text=True,
+    word_timestamps=False,
+    seed=12345,
 )
 _LIMITS = protocol.Limits(
     max_message_bytes=1_048_576,
@@ -89,6 +91,7 @@ EXAMPLES: dict[type[Any], Any] = {
         initial_codec_chunk_frames=4,
         non_streaming_mode=False,
         word_timestamps=False,
+        seed=-42,
         input_format="plain",
         normalize=False,
         emoji="name",
@@ -227,6 +230,22 @@ EXAMPLES: dict[type[Any], Any] = {
     ),
     protocol.VoiceRemoveResult: protocol.VoiceRemoveResult(
         request_id=None, name="Ana María", id="0f1e2d3c4b5a69788796a5b4c3d2e1f0", deleted=True
+    ),
+    protocol.AudioChunk: protocol.AudioChunk(
+        context_id=None,
+        utterance_index=0,
+        sentence_index=1,
+        chunk_id=3,
+        chunk_start_ms=0,
+        chunk_end_ms=1460,
+        sample_rate=22050,
+        audio_b64="",
+        timestamps=[protocol.ChunkWord(word="Hello", start_ms=0.0, end_ms=371.5)],
+    ),
+    protocol.WarningEvent: protocol.WarningEvent(
+        code="unknown_fields",
+        message="unknown fields ignored: `vioce` (check their spelling)",
+        fields=["vioce"],
     ),
     protocol.Error: protocol.Error(
         code=ErrorCode.INTERNAL,
@@ -450,7 +469,6 @@ def test_endpoint_and_low_latency_settings_are_named() -> None:
             ErrorCode.INVALID_CONFIG,
             "`$.stream_audio`",
         ),
-        ('{"type": "session.config", "bogus": 1}', ErrorCode.INVALID_CONFIG, "`bogus`"),
         (
             '{"type": "voice.add", "name": "a", "consent": true}',
             ErrorCode.INVALID_MESSAGE,
@@ -469,6 +487,15 @@ def test_decode_client_classifies_errors(data: str | bytes, code: ErrorCode, nee
 def test_unknown_fields_in_other_client_messages_are_ignored() -> None:
     message = protocol.decode_client('{"type": "input.text", "text": "a", "future": 1}')
     assert message == protocol.InputText(text="a")
+
+
+def test_unknown_config_fields_are_decoded_and_named() -> None:
+    """vllm-omni's models ignore unknown fields: so does ``session.config``
+    since 2.0.0, and the reader names them (the endpoint warns)."""
+    data = '{"type": "session.config", "bogus": 1, "voice": "joe", "seed": 7, "zz": null}'
+    message = protocol.decode_client(data)
+    assert message == protocol.SessionConfig(voice="joe", seed=7)
+    assert protocol.unknown_config_fields(data) == ["bogus", "zz"]
 
 
 def test_null_config_fields_decode_as_null() -> None:

@@ -338,23 +338,33 @@ async def test_a_gateway_bug_is_internal_logged_and_not_shown(
         sent.append(response.text)
     sse = await _http(server, input=f"Say {BUG} now.", stream_format="sse")
     assert sse.status_code == 200
-    [event] = [json.loads(line[6:]) for line in sse.text.splitlines() if line]
-    assert event["type"] == "error" and event["error"]["code"] == "internal"
+    [event] = [json.loads(line[6:]) for line in sse.text.splitlines() if line.startswith("data:")]
+    assert event["type"] == "speech.audio.error" and event["error"]["code"] == "internal"
+    assert "event: speech.audio.error\n" in sse.text  # vllm-omni 0.30's event line
     sent.append(sse.text)
     batch = await _post(
         server,
-        "/v1/audio/speech/batch",
+        "/v1/audio/speech/batch/gateway",
         {"voice": "tone", "items": [{"input": f"Say {BUG} now."}, {"input": "Fine."}]},
     )
     broken, fine = batch.json()["data"]
     assert broken["error"]["code"] == "internal" and fine["status"] == "ok"
     assert base64.b64decode(fine["audio"])
     sent.append(batch.text)
+    omni = await _post(  # the same batch in vllm-omni 0.30's answer
+        server,
+        "/v1/audio/speech/batch",
+        {"voice": "tone", "items": [{"input": f"Say {BUG} now."}, {"input": "Fine."}]},
+    )
+    broken, fine = omni.json()["results"]
+    assert broken["status"] == "error" and broken["code"] == "internal"
+    assert fine["status"] == "success" and base64.b64decode(fine["audio_data"])
+    sent.append(omni.text)
 
     for text in sent:
         assert SECRET not in text and "RuntimeError" not in text
-    # one traceback per failure: the WebSocket, two HTTP, SSE and batch
-    assert len(server_log.tracebacks()) >= 5, server_log.records
+    # one traceback per failure: the WebSocket, two HTTP, SSE and two batches
+    assert len(server_log.tracebacks()) >= 6, server_log.records
 
 
 async def test_a_bug_in_the_encoder_is_internal_and_not_shown(
@@ -373,7 +383,9 @@ async def test_a_bug_in_the_encoder_is_internal_and_not_shown(
     sse = await _http(server, response_format="mp3", stream_format="sse")
     assert '"code":"internal"' in sse.text
     batch = await _post(
-        server, "/v1/audio/speech/batch", {"voice": "tone", "items": [{"input": "Hi there."}]}
+        server,
+        "/v1/audio/speech/batch/gateway",
+        {"voice": "tone", "items": [{"input": "Hi there."}]},
     )
     assert batch.json()["data"][0]["error"]["code"] == "internal"
     for text in (response.text, sse.text, batch.text):

@@ -372,7 +372,7 @@ def test_batch_items_take_the_text_controls(
 ) -> None:
     server = server_factory(engine=recording)
     response = httpx.post(
-        server.http + "/v1/audio/speech/batch",
+        server.http + "/v1/audio/speech/batch/gateway",
         json={
             "model": "tts-1",
             "voice": "alloy",
@@ -387,3 +387,86 @@ def test_batch_items_take_the_text_controls(
     assert results[0]["status"] == "ok" and recording.texts == ["Pay **$5** now."]
     assert results[1]["status"] == "error"
     assert results[1]["error"]["code"] == "invalid_config"
+
+
+# --- issue 28: readings that were an HTTP 500 or a false invalid_ssml ---------------
+
+SUPERSCRIPT_SSML = '<speak>One. <say-as interpret-as="digits">1\u00b2</say-as> two. Three.</speak>'
+LONG_ALIAS = "World Wide Web " * 20
+LONG_SSML = [
+    "<speak>" + "&#x4E2D;&#x6587;" * 30 + " ok.</speak>",
+    '<speak>Say <sub alias="' + LONG_ALIAS + '">WWW</sub> ok.</speak>',
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "input_format"),
+    [
+        ("See https://example.com/x\u00b2 now.", "markdown"),
+        ("Mail https://e.co/\u2460 today.", "plain"),
+        (SUPERSCRIPT_SSML, "ssml"),
+        *[(text, "ssml") for text in LONG_SSML],
+    ],
+)
+def test_http_digits_of_any_form_and_long_ssml_are_spoken(
+    piper_server: RunningServer, text: str, input_format: str
+) -> None:
+    """Each was a 500 ``internal`` (a ValueError reading ``²``) or a false
+    400 ``invalid_ssml`` (the segment cap cut a character reference)."""
+    client = openai.OpenAI(base_url=piper_server.http + "/v1", api_key=API_KEY, max_retries=0)
+    audio = client.audio.speech.create(
+        model="tts-1",
+        voice="alloy",
+        input=text,
+        response_format="wav",
+        extra_body={"input_format": input_format},
+    ).read()
+    assert audio[:4] == b"RIFF" and len(audio) > 1000
+
+
+async def test_ws_ssml_with_a_superscript_digit_is_spoken_and_the_next_sentence_too(
+    piper_server: RunningServer,
+) -> None:
+    """On main the ValueError spoke the tags and refused the next, valid
+    sentence with a false ``invalid_ssml``."""
+    t = await _speak(
+        piper_server,
+        _tokens(SUPERSCRIPT_SSML),
+        input_format="ssml",
+        response_format="pcm",
+        stream_audio=True,
+        debug_engine_text=True,
+    )
+    assert not t.of("error")
+    spoken = _collapse(" ".join(s["engine_text"] for s in t.of("audio.start")))
+    assert spoken == "One. one two two. Three."
+    assert t.of("session.done")
+
+
+@pytest.mark.parametrize("text", LONG_SSML)
+async def test_ws_long_ssml_markup_is_never_cut_inside(
+    piper_server: RunningServer, text: str
+) -> None:
+    t = await _speak(
+        piper_server,
+        [text],
+        input_format="ssml",
+        response_format="pcm",
+        stream_audio=True,
+        debug_engine_text=True,
+    )
+    assert not t.of("error")
+    spoken = _collapse(" ".join(s["engine_text"] for s in t.of("audio.start")))
+    assert "WorldWide" not in spoken and "&#" not in spoken and spoken.endswith("ok.")
+
+
+async def test_ws_link_reference_definitions_are_silent(piper_server: RunningServer) -> None:
+    text = "".join(f"[r{i}]: https://e.co/{i}\n" for i in range(30)) + "Done."
+    t = await _speak(
+        piper_server, [text], response_format="pcm", stream_audio=True, debug_engine_text=True
+    )
+    assert not t.of("error")
+    spoken = _collapse(" ".join(s["engine_text"] for s in t.of("audio.start")))
+    assert spoken == "Done."
+    starts = t.of("audio.start")
+    assert starts[0]["sentence_text"] == "[r0]: https://e.co/0"

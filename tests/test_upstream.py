@@ -274,6 +274,37 @@ async def test_voice_clone_fields_reach_an_upstream_that_clones(
             assert sent.count(value) == 2, sent[-300:]  # both requests carried it
 
 
+async def test_030_clone_fields_reach_an_upstream_that_clones(
+    replicas: list[ServeProcess],
+) -> None:
+    """vllm-omni 0.30's other clone fields: ``speaker_embedding`` (WebSocket
+    and HTTP, a vector or vectors), ``ref_audio_2`` and a list-valued
+    ``ref_audio`` go into the upstream's body as the client sent them."""
+    with (
+        proxies(replicas[0]) as (proxy,),
+        front([proxy.url], **PASSIVE, cloning=True) as gw,
+    ):
+        async with await open_ws(gw.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", speaker_embedding=[0.5, -0.25], **STREAM)
+            await recv_until(ws, Transcript(), stop="session.updated")
+            await send(ws, type="input.text", text="Hello there.")
+            await send(ws, type="input.done")
+            await recv_until(ws, Transcript())
+        await speech(
+            gw.http,
+            "Hello again.",
+            speaker_embedding=[[0.125, 1.0]],
+            ref_audio=["data:audio/wav;base64,QUFB", "data:audio/wav;base64,QkJC"],
+            ref_audio_2="data:audio/wav;base64,Q0ND",
+        )
+        sent = b"".join(bytes(c.request_sample) for c in proxy.connections)
+        assert b'"speaker_embedding":[0.5,-0.25]' in sent
+        assert b'"speaker_embedding":[[0.125,1.0]]' in sent
+        assert b'"ref_audio":["data:audio/wav;base64,QUFB","data:audio/wav;base64,QkJC"]' in sent
+        assert b'"ref_audio_2":"data:audio/wav;base64,Q0ND"' in sent
+
+
 async def test_failover_before_the_first_byte(replicas: list[ServeProcess]) -> None:
     with proxies(replicas[0]) as (bad,):
         bad.faults = Faults(reset=True)

@@ -1,8 +1,9 @@
 """Load scenarios of ``python -m gateway bench``: ``http-load`` and ``overload``.
 
 * ``http-load``: vllm-omni's serving benchmark for TTS, reproduced: streamed
-  PCM requests with its payload (``{"input", "language": "English", "stream":
-  true, "response_format": "pcm", "task_type": "CustomVoice", "voice"}``) at
+  PCM requests with its payload (0.30's ``openai-audio-speech``: ``{"input",
+  "stream": true, "stream_format": "audio", "response_format": "pcm"}``, and
+  a ``voice``, which 0.30's leaves to the server's default) at
   each of ``--http-levels`` concurrencies, ``--http-requests`` requests per
   level.  TTFP (time to first packet) is from sending the request to the first
   body byte, so a wait in the admission queue is in it.  Every status other
@@ -36,14 +37,15 @@ from gateway.bench.drivers import GatewayUser, Pacing, Record
 from gateway.bench.measure import summarize
 
 
-#: vllm-omni's benchmark payload (its ``benchmarks/`` TTS serving client)
+#: vllm-omni 0.30's benchmark payload (``benchmarks/patch/patch.py``,
+#: ``async_request_openai_audio_speech``): ``stream: true`` alone is SSE in
+#: 0.30, so it names the raw stream with ``stream_format: "audio"``
 def vllm_omni_payload(text: str, voice: str = "joe") -> dict[str, Any]:
     return {
         "input": text,
-        "language": "English",
         "stream": True,
+        "stream_format": "audio",
         "response_format": "pcm",
-        "task_type": "CustomVoice",
         "voice": voice,
     }
 
@@ -217,6 +219,9 @@ async def overload(
             # first cut): what the queue deadline bounds
             "busy_queue_waited_ms": summarize(m.get("queue_waited_ms") for m in busy),
             "busy_refused_at_once": sum(1 for m in busy if m.get("queue_waited_ms") is None),
+            # the door answers before any audio: a refusal after audio would
+            # be a conversation cut for capacity
+            "busy_after_audio": sum(1 for m in busy if m.get("bytes")),
             "other_errors": sorted({str(m["error"])[:120] for m in other}),
             "rss_mib": {
                 "idle_before": rss_idle,

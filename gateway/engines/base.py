@@ -100,6 +100,9 @@ class Capabilities:
     cloning: bool = False
     #: honours free-form style instructions (``StreamRequest.instructions``)
     instructions: bool = False
+    #: honours ``StreamRequest.speed`` other than 1.0 (an upstream only when
+    #: its replicas do so on a stream: vllm-omni 0.30 refuses it otherwise)
+    speed: bool = True
     #: BCP-47 tags of the languages its voices speak
     languages: tuple[str, ...] = ()
     input: InputGranularity = "segments"
@@ -115,6 +118,9 @@ class Capabilities:
     #: the engine's own inline markup, passed through the front-end verbatim
     #: (Orpheus' emotion tags ``<laugh>``, ...)
     markup_tags: tuple[str, ...] = ()
+    #: ``StreamRequest.seed`` makes its sampled audio reproducible (the same
+    #: text, voice and seed give the same samples)
+    seed: bool = False
     #: the most engine text one work item reads, in ``work_item_unit``
     #: (bounded work per item, ``docs/engine.md``; 0: not declared)
     max_work_item: int = 0
@@ -140,7 +146,14 @@ class Budget(Protocol):
 #: the ``StreamRequest.options`` an engine declaring ``cloning`` receives when
 #: a client sends them (vllm-omni's voice-clone fields, checked by
 #: ``gateway.session.validation.check_vllm_fields``)
-CLONING_OPTIONS = ("task_type", "ref_audio", "ref_text", "x_vector_only_mode")
+CLONING_OPTIONS = (
+    "task_type",
+    "ref_audio",
+    "ref_text",
+    "x_vector_only_mode",
+    "speaker_embedding",
+    "ref_audio_2",
+)
 
 
 @dataclass(frozen=True)
@@ -157,6 +170,8 @@ class StreamRequest:
     speed: float = 1.0  #: 1.0 is the voice's own pace; 2.0 is twice as fast
     #: free-form style prompt; only for engines declaring ``instructions``
     instructions: str | None = None
+    #: seeds the engine's sampling (engines declaring ``seed``); None: unseeded
+    seed: int | None = None
     #: engine-specific options, passed through unchanged (never validated here)
     options: Mapping[str, object] = field(default_factory=dict)
     #: emit a ``WordTimings`` event before each segment's audio (engines

@@ -14,12 +14,20 @@ each for 2 to 8 streams on the 2-core CPU, none at 16; wired in here in
 round 9, it bought no capacity on that CPU and was not landed:
 docs/engine.md, "Batched carried-state steps".)
 
-Lateness, the admission's load signal (``gateway.flow.capacity``): an item
-that finished after it was due *and* had waited in the queue behind other
-work is late because the worker is overloaded (an item that is due the
+Lateness and slack, the admission's load signal (``gateway.flow.capacity``):
+an item that finished after it was due *and* had waited in the queue behind
+other work is late because the worker is overloaded (an item that is due the
 moment it is queued, because its text came late, is not: it did not wait).
-``take_lateness`` returns the count since the last call, with the seconds
-spent running items (how busy the worker was).
+Each finished item's slack (due minus finished) is kept too, except for
+items late without waiting (bounded: the last ``SLACK_KEPT`` between two
+reads).  ``take_lateness`` returns them since the last call, with the
+seconds spent running items (how busy the busiest thread was).
+
+Threads.  A worker may serve its queue with several threads (``threads``):
+the earliest due item goes to the first free thread, so the deadline order
+holds across them.  An engine whose items of one job must not run at once
+keeps at most one item of a job queued or running (Piper's segments queue
+their next item when the last one ran).
 
 What it must not do: run anything on the event loop, or hold a queue that can
 grow without bound: each job keeps at most one item queued here at a time, so
@@ -34,6 +42,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 
 from gateway.flow.capacity import Lateness
 
@@ -42,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: an item that waited longer than this in the queue waited behind other work
 CONTENDED_S = 0.02
+#: slack samples kept between two ``take_lateness`` calls (the newest)
+SLACK_KEPT = 256
 
 
 class WorkItem(abc.ABC):
@@ -57,28 +68,45 @@ class WorkItem(abc.ABC):
 
 
 class DeadlineWorker:
-    """A daemon thread serving ``WorkItem``s from a priority queue."""
+    """Daemon threads serving ``WorkItem``s from one priority queue."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, threads: int = 1) -> None:
         self.name = name
         #: (due, order, queued at, item)
         self._queue: queue.PriorityQueue[tuple[float, int, float, WorkItem | None]] = (
             queue.PriorityQueue()
         )
         self._order = itertools.count()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._threads = [
+            threading.Thread(
+                target=self._serve, name=name if i == 0 else f"{name}-{i + 1}", daemon=True
+            )
+            for i in range(max(1, threads))
+        ]
         self._started = False
         self._closed = False
-        self.busy = False
+        #: threads running an item now
+        self.running = 0
         self._stats_lock = threading.Lock()
         self._finished = 0
         self._late = 0
-        self._busy_s = 0.0
+        self._busy_s = [0.0] * len(self._threads)
+        self._slack: deque[float] = deque(maxlen=SLACK_KEPT)
+
+    @property
+    def threads(self) -> int:
+        return len(self._threads)
+
+    @property
+    def busy(self) -> bool:
+        """Some thread is running an item (read from other threads)."""
+        return self.running > 0
 
     def start(self) -> None:
         if not self._started:
             self._started = True
-            self._thread.start()
+            for thread in self._threads:
+                thread.start()
 
     def put(self, item: WorkItem) -> None:
         if self._closed:
@@ -96,9 +124,10 @@ class DeadlineWorker:
     def take_lateness(self) -> Lateness:
         """Items finished since the last call and how many were late (any thread)."""
         with self._stats_lock:
-            taken = Lateness(self._finished, self._late, self._busy_s)
+            taken = Lateness(self._finished, self._late, max(self._busy_s), tuple(self._slack))
             self._finished = self._late = 0
-            self._busy_s = 0.0
+            self._busy_s = [0.0] * len(self._threads)
+            self._slack.clear()
         return taken
 
     def close(self, timeout: float = 5.0) -> None:
@@ -106,27 +135,37 @@ class DeadlineWorker:
         if self._closed:
             return
         self._closed = True
-        # sorts before every real item, so nothing queued runs after close
+        # sorts before every real item, so nothing queued runs after close;
+        # each thread puts it back for the next one
         self._queue.put((float("-inf"), -1, 0.0, None))
         if self._started:
-            self._thread.join(timeout)
+            deadline = time.monotonic() + timeout
+            for thread in self._threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _serve(self) -> None:
+        index = next(i for i, t in enumerate(self._threads) if t is threading.current_thread())
         while True:
-            due, _, queued_at, item = self._queue.get()
+            due, order, queued_at, item = self._queue.get()
             if item is None:
+                self._queue.put((due, order, queued_at, item))
                 return
-            self.busy = True
+            with self._stats_lock:
+                self.running += 1
             started = time.monotonic()
             try:
                 item.run()
             except Exception:  # an item must not kill the worker serving everyone
                 log.exception("work item failed in %s", self.name)
             finally:
-                self.busy = False
+                with self._stats_lock:
+                    self.running -= 1
             finished = time.monotonic()
-            late = started - queued_at > CONTENDED_S and finished > due
+            waited = started - queued_at > CONTENDED_S
+            late = waited and finished > due
             with self._stats_lock:
                 self._finished += 1
                 self._late += late
-                self._busy_s += finished - started
+                self._busy_s[index] += finished - started
+                if waited or finished <= due:
+                    self._slack.append(due - finished)

@@ -118,6 +118,8 @@ class SyntheticEngine(Engine):
             sample_rates=(SAMPLE_RATE,),
             alignment=True,
             languages=("en-US",),
+            # deterministic: every seed gives its one, reproducible output
+            seed=True,
             typical_first_chunk_s=ACOUSTIC_S + CHUNK_S,
         )
 

@@ -1,9 +1,10 @@
 """Admission: how much synthesis the server runs at once, and who waits.
 
-One mechanism for both surfaces: a ``SlotQueue`` counts WebSocket utterances
-streaming at once (``max_active_streams``) and another HTTP speech responses
-(``max_http_streams``).  In front of the slots sits a bounded queue with a
-deadline: a request that finds every slot taken waits (at most
+One mechanism for both surfaces: a ``SlotQueue`` counts admitted WebSocket
+sessions (``max_active_streams``: a session is admitted once, at its first
+committed text, and keeps its slot until it ends; ``gateway.session.core``)
+and another HTTP speech responses (``max_http_streams``).  In front of the
+slots sits a bounded queue with a deadline: a request that finds every slot taken waits (at most
 ``admission_queue_length`` requests wait per surface, each at most
 ``admission_deadline_s``) rather than being refused at once; past the
 deadline, with the queue full or while the server drains, it is refused
@@ -19,9 +20,9 @@ freed slot, whatever it already holds, so as holders finish the slots
 converge to ``limit / k`` each; a client with one request waiting is never
 behind more than ``k - 1`` grants.
 
-Holders.  A ticket may name a holder (a WebSocket session); a holder's held
-and waiting tickets together are capped at ``per_holder``
-(``max_streams_per_session``), refused at once with ``"share"``.
+Holders.  A ticket may name a holder (a WebSocket session): ``holders``
+lists those of the granted tickets (the capacity follower asks which of the
+admitted sessions speak).
 
 ``SlotQueue`` is pure (no clock, no I/O, no asyncio: the caller passes
 ``now``), table-tested in ``tests/flow/test_admission.py``.  ``AdmissionGate``
@@ -41,10 +42,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-#: why a ticket was refused: ``share`` (its holder has its share), ``full``
-#: (every slot taken and the queue full, or no queue), ``deadline`` (it
-#: waited ``deadline_s``), ``draining`` (the server is shutting down)
-Refusal = Literal["share", "full", "deadline", "draining"]
+#: why a ticket was refused: ``full`` (every slot taken and the queue full, or
+#: no queue), ``deadline`` (it waited ``deadline_s``), ``draining`` (the
+#: server is shutting down)
+Refusal = Literal["full", "deadline", "draining"]
 TicketState = Literal["waiting", "granted", "refused", "released"]
 
 
@@ -80,20 +81,17 @@ class SlotQueue:
         limit: int,
         queue_length: int = 0,
         deadline_s: float = 0.0,
-        per_holder: int | None = None,
     ) -> None:
         self.limit = limit
         self.queue_length = queue_length
         self.deadline_s = deadline_s
-        #: the most tickets (held or waiting) one holder may have (None: no share)
-        self.per_holder = per_holder
         self.active = 0
         self.draining = False
         #: waiting tickets by client; key order is the round-robin order
         self._waiting: dict[str, deque[Ticket]] = {}
         self._depth = 0
-        #: held and waiting tickets by holder (``id`` of the holder object)
-        self._by_holder: dict[int, int] = {}
+        #: granted tickets (insertion-ordered)
+        self._granted: dict[Ticket, None] = {}
 
     # -- reading -------------------------------------------------------------
     @property
@@ -101,9 +99,9 @@ class SlotQueue:
         """Tickets waiting."""
         return self._depth
 
-    def held_by(self, holder: object) -> int:
-        """Tickets ``holder`` holds or waits with."""
-        return self._by_holder.get(id(holder), 0)
+    def holders(self) -> list[object]:
+        """The holders of the granted tickets that name one."""
+        return [t.holder for t in self._granted if t.holder is not None]
 
     @property
     def retry_after_s(self) -> float:
@@ -111,16 +109,10 @@ class SlotQueue:
         (a slot frees when an utterance ends: seconds, not milliseconds)."""
         return max(1.0, math.ceil(self.deadline_s))
 
-    def refusal(self, holder: object | None = None, *, wait: bool = True) -> Refusal | None:
+    def refusal(self, *, wait: bool = True) -> Refusal | None:
         """Why ``ask`` would refuse now (None: it would grant or queue)."""
         if self.draining:
             return "draining"
-        if (
-            holder is not None
-            and self.per_holder is not None
-            and self.held_by(holder) >= self.per_holder
-        ):
-            return "share"
         if self.active < self.limit and not self._depth:
             return None
         if not wait or self._depth >= self.queue_length:
@@ -150,11 +142,10 @@ class SlotQueue:
         still bounded by the queue's length)."""
         deadline = self.deadline_s if deadline_s is None else deadline_s
         ticket = Ticket(client, now, now + deadline, holder, notify)
-        refusal = self.refusal(holder, wait=wait)
+        refusal = self.refusal(wait=wait)
         if refusal is not None:
             self._refuse(ticket, refusal, now)
             return ticket
-        self._count(holder, 1)
         if self.active < self.limit and not self._depth:
             self._grant(ticket, now)
         else:
@@ -168,12 +159,11 @@ class SlotQueue:
         if ticket.state == "waiting":
             self._unqueue(ticket)
             ticket.state = "released"
-            self._count(ticket.holder, -1)
             return []
         if ticket.state != "granted":
             return []
         ticket.state = "released"
-        self._count(ticket.holder, -1)
+        self._granted.pop(ticket, None)
         self.active = max(0, self.active - 1)
         return self._fill(now)
 
@@ -182,7 +172,6 @@ class SlotQueue:
         expired = [t for q in self._waiting.values() for t in q if t.expires_at <= now]
         for ticket in expired:
             self._unqueue(ticket)
-            self._count(ticket.holder, -1)
             self._refuse(ticket, "deadline", now)
         return expired
 
@@ -213,6 +202,7 @@ class SlotQueue:
 
     def _grant(self, ticket: Ticket, now: float) -> None:
         self.active += 1
+        self._granted[ticket] = None
         ticket.state = "granted"
         ticket.decided_at = now
 
@@ -228,15 +218,6 @@ class SlotQueue:
         self._depth -= 1
         if not queue:
             del self._waiting[ticket.client]
-
-    def _count(self, holder: object | None, delta: int) -> None:
-        if holder is None:
-            return
-        left = self.held_by(holder) + delta
-        if left > 0:
-            self._by_holder[id(holder)] = left
-        else:
-            self._by_holder.pop(id(holder), None)
 
 
 class AdmissionMetrics(Protocol):
@@ -289,12 +270,8 @@ class AdmissionGate:
     def depth(self) -> int:
         return self.queue.depth
 
-    @property
-    def per_holder(self) -> int | None:
-        return self.queue.per_holder
-
-    def refusal(self, holder: object | None = None) -> Refusal | None:
-        return self.queue.refusal(holder)
+    def refusal(self) -> Refusal | None:
+        return self.queue.refusal()
 
     def ask(
         self,

@@ -1,34 +1,43 @@
-"""Automatic admission: as many WebSocket slots as the engine serves on time.
+"""Automatic admission: how many conversations the door lets in.
 
 What this module is for: with ``max_active_streams = 0`` (the default), the
-number of utterances that stream at once is not a fixed guess but follows
-the machine, for an engine whose compute is the gateway's own (one that
-reports ``Engine.take_lateness``: Piper).  Two parts:
+number of WebSocket sessions admitted at once (``gateway.flow.admission``;
+a session is admitted once, at its first committed text, and keeps its
+admission until it ends) follows what conversations cost on this machine,
+for an engine whose compute is the gateway's own (one that reports
+``Engine.take_lateness``: Piper).  It is sized in two quantities:
 
-* **The start** (``seed_limit``): at start the gateway measures how many
-  seconds of audio the engine produces per second with two streams at once
-  (``gateway.engines.throughput``) and starts from ``SEED_SHARE`` of it.  A
-  stream that speaks in real time needs one second of audio a second, but
-  conversations cut their text into short segments, start new utterances and
-  want their first audio within a bound, so they get fewer than the raw
-  figure: on the 2-core reference machine the capacity ladder held 2
-  LLM-paced conversations where the probe measured 7.4 (``docs/benchmarks.md``,
-  "Automatic admission").
-* **Following the load** (``SlotController``): every ``TICK_S`` the engine
-  says how much of its work finished late after waiting behind other work,
-  and how busy its busiest worker was.  Late work means the admitted streams
-  are more than the machine serves: the limit drops to one below the streams
-  in progress (no stream is stopped; the next grant waits until one ends),
-  cut again at most every ``hold_s`` (a cut takes effect only as streams
-  end).  The limit rises by one every ``rise_every_s`` while requests wait,
-  every slot is taken, nothing ran late for the calm (``hold_s``, doubled by
-  each cut up to ``max_calm_s``, back to ``hold_s`` after ``max_calm_s`` with
-  no late work) and the busiest worker is busy less than ``rise_below`` of
-  the time (late work shows only once the streams that cause it speak, so a
-  rise needs room as well as calm).  The machine's speed varies (one phase
-  of the 2-core reference VM is twice as slow as another), so the limit is
-  found again rather than fixed at start.  It stays within ``[floor,
-  ceiling]``; an idle server keeps its limit.
+* **Capacity**, in real-time streams: how many utterances can speak at once
+  without their audio running late.  It starts from ``SEED_SHARE`` of the
+  engine's real-time streams measured at start (``gateway.engines.throughput``)
+  and then follows a continuous load signal, the **slack** of the engine's
+  work: how long before its audio is due each work item finished
+  (``WorkItem.due``: when the listener plays it).  Over a sliding window of
+  the last ``window`` items, the 10th percentile is the signal (so one late
+  item among many moves nothing).  Below ``tight_s``, the streams speaking
+  are more than the machine serves: capacity is cut to ``cut_factor`` of
+  what was speaking (never more often than ``hold_s``, and the window
+  starts again, so each decision reads fresh evidence).  Above ``ample_s``
+  with sessions waiting at the door, capacity rises by ``rise_step`` every
+  ``rise_every_s``.  Between the two it holds (the hysteresis band), like
+  the gradient and Vegas limiters of Netflix's concurrency-limits: a
+  smoothed signal against two thresholds, a multiplicative cut, an additive
+  rise.
+* **Speaking share**: the part of the time an admitted session speaks
+  (committed text being synthesized or sent), averaged over the admitted
+  sessions and over about ``share_average_s``.  A voice agent waiting for its
+  user speaks little; an LLM reading a long answer speaks all the time.
+
+The door admits ``capacity / share`` sessions, at most ``max_overcommit``
+times capacity: so idle agents count for little, and if every admitted
+session spoke at once the machine would be asked at most ``max_overcommit``
+times what it serves.  It then shares by earliest deadline first (the
+engine's workers) and the door stays closed until the load drops; no
+admitted session is refused or cut.  Why 1.5: a session's share is an
+average, and LLM-paced conversations speak in bursts that line up (several
+users finish their turns together); a larger overcommit turns those
+coincidences into playback gaps for everyone, a smaller one leaves the
+machine idle while agents listen.
 
 The controller is pure (the caller passes ``now`` and the readings),
 table-tested in ``tests/flow/test_capacity.py``; ``follow`` is the thin loop
@@ -43,6 +52,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,134 +60,172 @@ from gateway.flow.admission import AdmissionGate
 
 log = logging.getLogger(__name__)
 
-#: of the engine's measured real-time streams, the share the start admits
-SEED_SHARE = 0.25
+#: of the engine's measured real-time streams, the capacity the start assumes
+SEED_SHARE = 0.5
 #: how often ``follow`` reads the engine
 TICK_S = 0.25
-#: the span the busy share is averaged over
-BUSY_AVERAGE_S = 1.0
 
 
 @dataclass(frozen=True)
 class Lateness:
     """An engine's work over an interval: items finished, how many of them
-    finished late after waiting behind other work, and the seconds its
-    busiest worker spent running items."""
+    finished late after waiting behind other work, the seconds its busiest
+    worker spent running items, and the slack of each item that finished
+    (seconds between when it finished and when its audio is due; negative:
+    late), not counting items that were late without waiting (their text
+    came late: not load)."""
 
     finished: int = 0
     late: int = 0
     busy_s: float = 0.0
+    slack_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
 class CapacityPolicy:
+    #: the fewest sessions the door admits
     floor: int = 1
-    #: the most slots the automatic limit grants (the app passes ``max_sessions``)
+    #: the most sessions the door admits (the app passes ``max_sessions``)
     ceiling: int = 64
-    #: while requests wait and nothing runs late, one more slot this often
-    rise_every_s: float = 0.5
-    #: no further cut for this long after one (a cut takes effect only as
-    #: streams end); and, at first, the calm after late work a rise needs
-    hold_s: float = 1.0
-    #: no rise while the busiest worker is busier than this (its share of the
-    #: time in the last reading, or averaged over about a second, whichever is
-    #: higher): room is needed for one more stream, and late work shows only
-    #: after the streams that cause it speak
-    rise_below: float = 0.7
-    #: each cut doubles the calm a rise needs after late work, up to this
-    #: (a limit that keeps finding the same ceiling stops probing it every
-    #: second); it falls back to ``hold_s`` after this long with no late work
-    max_calm_s: float = 8.0
+    #: 10th-percentile slack below this: more speaks than the machine serves
+    tight_s: float = 0.04
+    #: 10th-percentile slack above this: room for more (Piper's work runs
+    #: 0.12-0.17 s ahead of its listener at the 10th percentile with one
+    #: conversation speaking: its decode is paced by the listener's buffer)
+    ample_s: float = 0.09
+    #: slack samples the percentile is read over
+    window: int = 48
+    #: no decision on fewer samples than this
+    min_samples: int = 16
+    #: a cut sets capacity to this share of the streams speaking
+    cut_factor: float = 0.85
+    #: no further cut for this long after one
+    hold_s: float = 2.0
+    #: a rise (of ``rise_step`` streams) at most this often
+    rise_every_s: float = 1.0
+    rise_step: float = 0.5
+    #: a new session's share before any is measured
+    prior_share: float = 1.0
+    #: no session counts for less than this share of a stream
+    min_share: float = 0.25
+    #: the share is averaged over about this long
+    share_average_s: float = 30.0
+    #: speaking streams are averaged over about this long (for a cut)
+    speaking_average_s: float = 2.0
+    #: the door admits at most this many times capacity
+    max_overcommit: float = 1.5
 
 
-def seed_limit(realtime_streams: float, policy: CapacityPolicy) -> int:
-    """The limit to start from, given the engine's measured real-time streams."""
-    return _clamp(math.floor(realtime_streams * SEED_SHARE + 0.5), policy)
+def seed_capacity(realtime_streams: float, policy: CapacityPolicy) -> float:
+    """The capacity to start from, given the engine's measured real-time streams."""
+    return max(float(policy.floor), realtime_streams * SEED_SHARE)
 
 
-def _clamp(limit: int, policy: CapacityPolicy) -> int:
-    return max(policy.floor, min(policy.ceiling, limit))
+def _percentile(values: deque[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-class SlotController:
-    """The automatic limit.  Pure: every reading comes with ``now``."""
+class DoorController:
+    """The automatic door.  Pure: every reading comes with ``now``."""
 
-    def __init__(self, start: int, policy: CapacityPolicy) -> None:
+    def __init__(self, capacity: float, policy: CapacityPolicy) -> None:
         self.policy = policy
-        self.limit = _clamp(start, policy)
-        self._changed_at = -math.inf
+        #: real-time streams the machine serves now
+        self.capacity = min(float(policy.ceiling), max(float(policy.floor), capacity))
+        #: the average speaking share of an admitted session
+        self.share = policy.prior_share
+        #: streams speaking, averaged over ``speaking_average_s``
+        self.speaking = 0.0
+        #: the load signal: 10th-percentile slack of the window (None: too few samples)
+        self.slack_p10: float | None = None
+        self._slack: deque[float] = deque(maxlen=policy.window)
         self._cut_at = -math.inf
-        self._late_at = -math.inf
-        #: the calm after late work a rise needs
-        self.calm_s = policy.hold_s
-        #: the busiest worker's share of the time: the last interval's or its
-        #: average over ~1 s, whichever is higher (None: no interval read yet),
-        #: so a burst that has just begun holds a rise as soon as it shows
-        self.busy: float | None = None
-        self._average: float | None = None
+        self._rose_at = -math.inf
         self._read_at: float | None = None
+        self.limit = self._limit()
 
-    def update(self, now: float, lateness: Lateness, active: int, waiting: int) -> int:
-        """The limit after a reading: work finished since the last one, the
-        slots in use, the requests waiting."""
+    @property
+    def overcommit(self) -> float:
+        """Admitted sessions ÷ capacity: how many times what the machine
+        serves they would ask if all spoke at once."""
+        return self.limit / self.capacity
+
+    def update(
+        self, now: float, lateness: Lateness, admitted: int, speaking: int, waiting: int
+    ) -> int:
+        """The limit after a reading: the engine's work since the last one,
+        the sessions admitted, how many of them speak, how many wait at the door."""
         p = self.policy
-        if self._read_at is not None and now > self._read_at:
-            interval = now - self._read_at
-            share = min(1.0, lateness.busy_s / interval)
-            weight = min(1.0, interval / BUSY_AVERAGE_S)
-            average = self._average
-            self._average = share if average is None else average + weight * (share - average)
-            self.busy = max(share, self._average)
+        interval = 0.0 if self._read_at is None else max(0.0, now - self._read_at)
         self._read_at = now
-        if lateness.late:
-            if now - self._cut_at >= p.hold_s:
-                cut = _clamp(min(self.limit, active) - 1, p)
-                if cut < self.limit:
-                    self.limit = cut
-                    self._changed_at = self._cut_at = now
-                    self.calm_s = min(p.max_calm_s, self.calm_s * 2)
-            self._late_at = now
-            return self.limit
-        if now - self._late_at >= p.max_calm_s:
-            self.calm_s = p.hold_s
-        if (
-            waiting
-            and active >= self.limit
-            and now - self._late_at >= self.calm_s
-            and now - self._changed_at >= p.rise_every_s
-            and self.limit < p.ceiling
-            and self.busy is not None
-            and self.busy < p.rise_below
-        ):
-            self.limit += 1
-            self._changed_at = now
+        if admitted:
+            weight = min(1.0, interval / p.share_average_s)
+            self.share += weight * (min(1.0, speaking / admitted) - self.share)
+        weight = min(1.0, interval / p.speaking_average_s) if interval else 1.0
+        self.speaking += weight * (speaking - self.speaking)
+        self._slack.extend(lateness.slack_s)
+        self.slack_p10 = (
+            _percentile(self._slack, 0.1) if len(self._slack) >= p.min_samples else None
+        )
+        if self.slack_p10 is not None:
+            speaking_now = max(self.speaking, float(speaking))
+            if self.slack_p10 < p.tight_s and now - self._cut_at >= p.hold_s and speaking_now >= 1:
+                # (with nobody speaking, the late work was of sessions gone)
+                self.capacity = max(float(p.floor), min(self.capacity, speaking_now) * p.cut_factor)
+                self._cut_at = now
+                self._slack.clear()
+                self.slack_p10 = None
+            elif (
+                self.slack_p10 > p.ample_s
+                and waiting
+                and now - self._rose_at >= p.rise_every_s
+                and now - self._cut_at >= p.hold_s
+            ):
+                self.capacity = min(float(p.ceiling), self.capacity + p.rise_step)
+                self._rose_at = now
+        self.limit = self._limit()
         return self.limit
+
+    def _limit(self) -> int:
+        p = self.policy
+        share = max(p.min_share, self.share)
+        sessions = min(self.capacity / share, self.capacity * p.max_overcommit)
+        return max(p.floor, min(p.ceiling, math.floor(sessions + 1e-9)))
 
 
 async def follow(
     gate: AdmissionGate,
     read: Callable[[], Lateness | None],
-    controller: SlotController,
+    speaking: Callable[[], int],
+    controller: DoorController,
+    report: Callable[[DoorController, int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Apply the controller's limit to ``gate`` every ``TICK_S`` until cancelled
-    (the app's lifespan runs it as a task)."""
+    (the app's lifespan runs it as a task).  ``speaking``: how many admitted
+    sessions speak now; ``report``: called with each reading (metrics)."""
     gate.set_limit(controller.limit)
     while True:
         await asyncio.sleep(TICK_S)
         lateness = read()
         if lateness is None:
             continue
-        before = controller.limit
-        limit = controller.update(clock(), lateness, gate.active, gate.depth)
+        before, talking = controller.limit, speaking()
+        limit = controller.update(clock(), lateness, gate.active, talking, gate.depth)
+        if report is not None:
+            report(controller, talking)
         if limit != before:
             log.info(
-                "admission limit %d -> %d (%d streaming, %d waiting, %d of %d items late)",
+                "admission: door %d -> %d sessions (capacity %.1f streams, share %.2f,"
+                " %d admitted, %d speaking, %d waiting, slack p10 %s)",
                 before,
                 limit,
+                controller.capacity,
+                controller.share,
                 gate.active,
+                talking,
                 gate.depth,
-                lateness.late,
-                lateness.finished,
+                "n/a" if controller.slack_p10 is None else f"{controller.slack_p10 * 1000:.0f} ms",
             )
             gate.set_limit(limit)

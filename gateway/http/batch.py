@@ -1,5 +1,13 @@
-"""``POST /v1/audio/speech/batch``: many texts in one request, each item a
-whole file, base64 in one JSON answer.
+"""Batch speech: many texts in one request, each item a whole file, base64
+in one JSON answer, in two shapes over one core:
+
+* ``POST /v1/audio/speech/batch``: vllm-omni 0.30's route and answer,
+  ``{id, results: [{index, status: "success"|"error", audio_data,
+  media_type, error, usage}], total, succeeded, failed}``, with 0.30's
+  ``response_format`` default (``wav``);
+* ``POST /v1/audio/speech/batch/gateway``: the gateway's own answer
+  (``{object, succeeded, failed, data: [...]}``, an item's error in
+  OpenAI's error shape), with the ``http_compat`` default format.
 
 The body is ``{"items": [...], ...shared defaults}``; each item overrides
 the defaults and becomes a plan through the same ``make_plan`` a single
@@ -21,7 +29,8 @@ import base64
 import itertools
 import json
 import math
-from collections.abc import AsyncGenerator
+import uuid
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +52,7 @@ from gateway.http.errors import (
 )
 from gateway.http.plan import SpeechPlan, decode_body, make_plan
 from gateway.http.response import SpeechResponse
+from gateway.http.sse import usage
 from gateway.http.synthesis import encoded_audio
 from gateway.protocol import too_deep
 from gateway.session.validation import invalid_message
@@ -128,9 +138,19 @@ async def _speak_item(request: Request, plan: SpeechPlan, limit: asyncio.Semapho
     return _Spoken(data, encoder.media_type, encoder.samples)
 
 
+@dataclass(frozen=True)
+class ItemResult:
+    """One item's outcome: its plan and audio, or its error."""
+
+    index: int
+    plan: SpeechPlan | None = None
+    spoken: _Spoken | None = None
+    error: GatewayError | None = None
+
+
 async def _item(
     request: Request, index: int, fields: dict[str, Any], limit: asyncio.Semaphore
-) -> dict[str, Any]:
+) -> ItemResult:
     """One item's result: its audio, or its error (the other items go on)."""
     state = gateway_state(request)
     try:
@@ -141,21 +161,86 @@ async def _item(
     except Exception:
         error = internal_error(f"batch item {index}")
     else:
-        return {
-            "index": index,
-            "status": "ok",
-            "media_type": spoken.media_type,
-            "response_format": plan.response_format,
-            "sample_rate": plan.sample_rate,
-            "voice": plan.voice.name,
-            "audio_ms": round(spoken.samples * 1000 / plan.sample_rate, 1),
-            "audio": base64.b64encode(spoken.data).decode(),
-        }
+        return ItemResult(index, plan, spoken)
     state.metrics.errors.labels(code=str(error.code)).inc()
-    return {"index": index, "status": "error", **error_body(error)}
+    return ItemResult(index, error=error)
 
 
-async def speech_batch(request: Request) -> Response | SpeechResponse:
+def gateway_result(result: ItemResult) -> dict[str, Any]:
+    """An item in the gateway's own shape (``/v1/audio/speech/batch/gateway``)."""
+    if result.error is not None:
+        return {"index": result.index, "status": "error", **error_body(result.error)}
+    plan, spoken = result.plan, result.spoken
+    assert plan is not None and spoken is not None
+    return {
+        "index": result.index,
+        "status": "ok",
+        "media_type": spoken.media_type,
+        "response_format": plan.response_format,
+        "sample_rate": plan.sample_rate,
+        "voice": plan.voice.name,
+        "audio_ms": round(spoken.samples * 1000 / plan.sample_rate, 1),
+        "audio": base64.b64encode(spoken.data).decode(),
+    }
+
+
+def gateway_answer(results: list[ItemResult]) -> dict[str, Any]:
+    data = [gateway_result(r) for r in results]
+    ok = sum(1 for r in data if r["status"] == "ok")
+    return {"object": "list", "succeeded": ok, "failed": len(data) - ok, "data": data}
+
+
+def omni_result(result: ItemResult) -> dict[str, Any]:
+    """An item as vllm-omni 0.30's ``SpeechBatchItemResult`` (None fields
+    left out, as 0.30 answers), plus the gateway's ``response_format``,
+    ``sample_rate``, ``voice`` and ``audio_ms``, or ``code`` and ``param``."""
+    if result.error is not None:
+        error = result.error
+        return {
+            "index": result.index,
+            "status": "error",
+            "error": error.message,
+            "code": str(error.code),
+            "param": error.param,
+        }
+    plan, spoken = result.plan, result.spoken
+    assert plan is not None and spoken is not None
+    audio_ms = round(spoken.samples * 1000 / plan.sample_rate)
+    return {
+        "index": result.index,
+        "status": "success",
+        "audio_data": base64.b64encode(spoken.data).decode(),
+        "media_type": spoken.media_type,
+        "usage": usage(len(plan.text), audio_ms),
+        "response_format": plan.response_format,
+        "sample_rate": plan.sample_rate,
+        "voice": plan.voice.name,
+        "audio_ms": audio_ms,
+    }
+
+
+def omni_answer(results: list[ItemResult]) -> dict[str, Any]:
+    """vllm-omni 0.30's ``BatchSpeechResponse``."""
+    items = [omni_result(r) for r in results]
+    ok = sum(1 for r in items if r["status"] == "success")
+    return {
+        "id": f"speech-batch-{uuid.uuid4().hex}",
+        "results": items,
+        "total": len(items),
+        "succeeded": ok,
+        "failed": len(items) - ok,
+    }
+
+
+#: vllm-omni 0.30's ``BatchSpeechRequest.response_format`` default
+OMNI_BATCH_FORMAT = "wav"
+
+
+async def _batch(
+    request: Request,
+    answer: Callable[[list[ItemResult]], dict[str, Any]],
+    default_format: str | None,
+) -> Response | SpeechResponse:
     state = gateway_state(request)
     if (refused := check_request(request)) is not None:
         return error_response(refused, state)
@@ -166,21 +251,32 @@ async def speech_batch(request: Request) -> Response | SpeechResponse:
         items, defaults = batch_items(raw, settings.max_batch_items, settings.max_batch_chars)
     except GatewayError as exc:
         return error_response(exc, state)
+    if default_format is not None:
+        defaults.setdefault("response_format", default_format)
     concurrency = asyncio.Semaphore(settings.batch_concurrency)
 
-    async def run(index: int, item: Any) -> dict[str, Any]:
+    async def run(index: int, item: Any) -> ItemResult:
         if not isinstance(item, dict):
             error = GatewayError(ErrorCode.INVALID_MESSAGE, "a batch item must be an object")
-            return {"index": index, "status": "error", **error_body(error)}
-        return await _item(request, index, {**defaults, **item}, concurrency)
+            return ItemResult(index, error=error)
+        # an item's null leaves the shared default in place (0.30's merge)
+        given = {k: v for k, v in item.items() if v is not None or k == "input"}
+        return await _item(request, index, {**defaults, **given}, concurrency)
 
     async def body() -> AsyncGenerator[bytes, None]:
         results = await asyncio.gather(*(run(i, item) for i, item in enumerate(items)))
-        ok = sum(1 for r in results if r["status"] == "ok")
-        yield json.dumps(
-            {"object": "list", "succeeded": ok, "failed": len(results) - ok, "data": results}
-        ).encode()
+        yield json.dumps(answer(list(results))).encode()
 
     return SpeechResponse(
         body(), media_type="application/json", headers={}, state=state, whole=True
     )
+
+
+async def speech_batch(request: Request) -> Response | SpeechResponse:
+    """``POST /v1/audio/speech/batch``: vllm-omni 0.30's route and shape."""
+    return await _batch(request, omni_answer, OMNI_BATCH_FORMAT)
+
+
+async def speech_batch_gateway(request: Request) -> Response | SpeechResponse:
+    """``POST /v1/audio/speech/batch/gateway``: the gateway's own shape."""
+    return await _batch(request, gateway_answer, None)

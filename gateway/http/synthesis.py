@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from gateway.audio.containers import ContainerEncoder
 from gateway.audio.resample import StreamResampler
-from gateway.engines.base import SegmentRequest, SynthesisJob
+from gateway.engines.base import SegmentRequest, SynthesisJob, WordTimings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.plan import SpeechPlan
 from gateway.state import GatewayState
@@ -52,6 +52,7 @@ from gateway.text.stage import (
     frontend_options,
     pause_ms,
     pause_samples,
+    source_words,
 )
 
 
@@ -80,7 +81,12 @@ def spoken_segments(state: GatewayState, plan: SpeechPlan) -> list[SpokenSegment
             lexicon=state.lexicon,
         )
     )
-    texts = committed_segments(plan.text, state.settings.max_segment_chars, controls.input_format)
+    texts = committed_segments(
+        plan.text,
+        state.settings.max_segment_chars,
+        controls.input_format,
+        state.engine.capabilities.markup_tags,
+    )
     try:
         spoken = [frontend.process(text) for text in texts]
         tail = frontend.finish()
@@ -100,14 +106,18 @@ def spoken_segments(state: GatewayState, plan: SpeechPlan) -> list[SpokenSegment
 
 
 async def synthesize(
-    state: GatewayState, plan: SpeechPlan, label: str
+    state: GatewayState,
+    plan: SpeechPlan,
+    label: str,
+    words: list[dict[str, Any]] | None = None,
 ) -> AsyncGenerator[npt.NDArray[np.float32], None]:
     """Audio of ``plan`` at its output rate, chunk by chunk; raises the
     pipeline's ``GatewayError`` when a segment fails; cancels the engine
-    jobs when closed early (disconnect, cancellation)."""
+    jobs when closed early (disconnect, cancellation).  ``words``: where the
+    client's words and their times in the audio go (``plan.word_timestamps``)."""
     offset = state.settings.http_deadline_offset_s
     # the front-end's reading costs up to about a millisecond a segment (a
-    # whole 20,000-character input about 0.3 s): never on the event loop, and
+    # 20,000-character input about 0.3 s): never on the event loop, and
     # on the HTTP API's own thread, never in the executor the WebSocket
     # sessions read their long segments in; malformed SSML is refused
     # before any audio
@@ -133,6 +143,7 @@ async def synthesize(
         piece = pause_samples(ms, voice_rate)
         return resampler.process(piece) if piece.size else piece
 
+    sent = 0  #: samples yielded, at the output rate
     try:
         index = 0
         while segments.waiting:
@@ -141,15 +152,28 @@ async def synthesize(
             assert job is not None
             before, after = pause_ms(queued.spoken)
             if (pause := silence(before)).size:
+                sent += pause.size
                 yield pause
             segment = SegmentAudio(job, resampler, where=f"{label} segment {index}")
             async with contextlib.aclosing(segment.events()) as events:
                 async for event in events:
                     if isinstance(event, Audio) and event.samples.size:
+                        sent += event.samples.size
                         yield event.samples
+                    elif isinstance(event, WordTimings) and words is not None:
+                        start_ms = sent * 1000 / plan.sample_rate
+                        words.extend(
+                            {
+                                "word": w.text,
+                                "start_ms": round(start_ms + w.start_ms),
+                                "end_ms": round(start_ms + w.end_ms),
+                            }
+                            for w in source_words(queued.spoken, event.words)
+                        )
             if segment.failure is not None:
                 raise segment.failure
             if (pause := silence(after)).size:
+                sent += pause.size
                 yield pause
             segments.finish()
             state.metrics.sentences.inc()
@@ -181,10 +205,14 @@ async def _in_thread(fn: Callable[..., bytes], *args: Any) -> bytes:
 
 
 async def encoded_audio(
-    state: GatewayState, plan: SpeechPlan, label: str, encoder: ContainerEncoder
+    state: GatewayState,
+    plan: SpeechPlan,
+    label: str,
+    encoder: ContainerEncoder,
+    words: list[dict[str, Any]] | None = None,
 ) -> AsyncGenerator[bytes, None]:
-    """``plan`` spoken and encoded, piece by piece."""
-    audio = synthesize(state, plan, label)
+    """``plan`` spoken and encoded, piece by piece (``words``: ``synthesize``'s)."""
+    audio = synthesize(state, plan, label, words)
     try:
         async for samples in audio:
             # MP3 and Opus encoding is real work: never on the event loop

@@ -6,6 +6,12 @@ table (``voice_aliases``), uploaded reference voices from ``VoiceStore``.
 then an alias, then an uploaded voice (which the engine must be able to
 clone, else ``unsupported_option``), else ``unknown_voice`` listing them all.
 
+Answers are vllm-omni 0.30's: an upload is ``200 {"success": true, "voice":
+{...}}`` (the gateway's fields and 0.30's), a deletion ``200 {"success":
+true, "message", "name", "id", "deleted"}``, an unknown name ``404
+not_found``; the listing has 0.30's ``voices`` and ``uploaded_voices`` beside
+the gateway's ``data``.
+
 Uploads are ``multipart/form-data``: the body is read under a cap, then
 parsed in a worker thread with part-count and part-size limits
 (``gateway.voices.forms``), never on the event loop.
@@ -28,6 +34,7 @@ from gateway.http.errors import check_request, error_response, gateway_state, re
 from gateway.voices.catalog import (
     add_voice,
     find_speakable_voice,
+    omni_entry,
     remove_voice,
     voice_listing,
 )
@@ -90,6 +97,13 @@ async def upload_voice(request: Request) -> Response:
             max_file_bytes=MAX_UPLOAD_BYTES,
             file_fields=_AUDIO_FIELDS,
         )
+        if "speaker_embedding" in fields:  # vllm-omni 0.30's other kind of upload
+            raise GatewayError(
+                ErrorCode.UNSUPPORTED_OPTION,
+                "`speaker_embedding` uploads are not supported: the gateway keeps reference"
+                " audio only; upload the recording as `audio_sample` (or `audio`)",
+                param="speaker_embedding",
+            )
         audio_field = next((f for f in _AUDIO_FIELDS if f in fields), None)
         if audio_field is None:
             raise GatewayError(
@@ -110,7 +124,7 @@ async def upload_voice(request: Request) -> Response:
         )
     except GatewayError as exc:
         return error_response(exc, state)
-    return JSONResponse(voice, status_code=201)
+    return JSONResponse({"success": True, "voice": omni_entry(voice)})
 
 
 async def delete_voice(request: Request) -> Response:
@@ -121,8 +135,11 @@ async def delete_voice(request: Request) -> Response:
     try:
         removed = await remove_voice(state.engine, state.settings, voice_store(request), name)
     except GatewayError as exc:
+        if exc.code is ErrorCode.UNKNOWN_VOICE:  # vllm-omni 0.30's 404
+            exc = GatewayError(ErrorCode.NOT_FOUND, exc.message, param=exc.param)
         return error_response(exc, state)
-    return JSONResponse(removed)
+    message = f"Voice '{removed['name']}' deleted successfully"  # 0.30's words
+    return JSONResponse({"success": True, "message": message, **removed})
 
 
 def voice_routes() -> list[Route]:

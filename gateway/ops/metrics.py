@@ -7,6 +7,7 @@ and meanings are listed in ``docs/operations.md``; a test checks the list.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import Literal
@@ -93,7 +94,7 @@ class Metrics:
         # admission (gateway.flow.admission), per surface: the autoscaling signals
         self.admission_queue_depth = Gauge(
             "gateway_admission_queue_depth",
-            "Requests waiting for a slot, by surface (ws: utterances, http: responses).",
+            "Requests waiting for a slot, by surface (ws: sessions at the door, http: responses).",
             ["surface"],
             registry=r,
         )
@@ -115,8 +116,35 @@ class Metrics:
         )
         self.admission_refused = Counter(
             "gateway_admission_refused",
-            "Requests refused a slot, by surface and reason (full, deadline, share, draining).",
+            "Requests refused a slot, by surface and reason (full, deadline, draining);"
+            " ws: sessions refused at the door.",
             ["surface", "reason"],
+            registry=r,
+        )
+
+        # the door of automatic admission (gateway.flow.capacity)
+        self.door_capacity = Gauge(
+            "gateway_door_capacity_streams",
+            "Real-time streams the machine serves now, as automatic admission measures it.",
+            registry=r,
+        )
+        self.door_speaking = Gauge(
+            "gateway_door_speaking_sessions", "Admitted sessions speaking now.", registry=r
+        )
+        self.door_share = Gauge(
+            "gateway_door_speaking_share",
+            "The average share of the time an admitted session speaks.",
+            registry=r,
+        )
+        self.door_slack = Gauge(
+            "gateway_door_slack_p10_seconds",
+            "The load signal: 10th percentile of how long before its audio is due the"
+            " engine's recent work finished (NaN: too few items).",
+            registry=r,
+        )
+        self.door_overcommit = Gauge(
+            "gateway_door_overcommit",
+            "Sessions the door admits over the capacity in streams.",
             registry=r,
         )
 
@@ -124,6 +152,16 @@ class Metrics:
         """The admission metrics of one surface (``gateway.flow.admission.AdmissionMetrics``)."""
         active = self.streams_active if surface == "ws" else self.http_streams_active
         return SurfaceAdmission(self, surface, active)
+
+    def report_door(
+        self, capacity: float, limit: int, slack_p10: float | None, speaking: int, share: float
+    ) -> None:
+        """One reading of automatic admission's door (``gateway.flow.capacity.follow``)."""
+        self.door_capacity.set(capacity)
+        self.door_speaking.set(speaking)
+        self.door_share.set(share)
+        self.door_slack.set(math.nan if slack_p10 is None else slack_p10)
+        self.door_overcommit.set(limit / capacity if capacity else math.nan)
 
     def track_engine(
         self,

@@ -45,6 +45,7 @@ goes to the log and no exception text to the client.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import time
@@ -207,6 +208,9 @@ class _SegmentOut:
         self.samples_sent = 0
         self._first_frame = True
         self._whole: list[np.ndarray] = []  #: the audio of a whole-segment message
+        #: vllm-omni's ``word_timestamps``: frames go out as ``audio.chunk`` events
+        self.chunks = config.word_timestamps
+        self._chunk_id = 0
 
     async def open(self) -> None:
         """The streaming WAV header, if the format has one."""
@@ -255,13 +259,59 @@ class _SegmentOut:
             return  # cancelled while waiting: the frame is dropped, never sent
         if not audio:
             flags |= FrameFlags.WAV_HEADER
-        frame = self._header(flags) + payload if self.tagged else payload
-        await self.env.out.audio(frame)
+        if self.chunks and audio:
+            await self.env.out.event(self._chunk(payload, samples))
+        else:
+            frame = self._header(flags) + payload if self.tagged else payload
+            await self.env.out.audio(frame)
         self.sent_bytes += len(payload)
         self._first_frame = False
         if audio:
             self.samples_sent += samples
         host.frame_sent(item, samples if audio else 0)
+
+    def _chunk(
+        self,
+        payload: bytes,
+        samples: int,
+        words: list[protocol.ChunkWord] | None = None,
+        *,
+        last: bool = False,
+    ) -> protocol.AudioChunk:
+        """vllm-omni 0.30's JSON frame: the samples base64, sentence-relative
+        times; ``last``: the sentence's closing chunk, spanning all of it."""
+        start = self.samples_sent
+        chunk = protocol.AudioChunk(
+            context_id=self.item.context.id,
+            utterance_index=self.item.utterance.index,
+            sentence_index=self.item.segment.index,
+            chunk_id=self._chunk_id,
+            chunk_start_ms=0 if last else round(start * 1000 / self.rate),
+            chunk_end_ms=round((start + samples) * 1000 / self.rate),
+            sample_rate=self.rate,
+            audio_b64=base64.b64encode(payload).decode("ascii"),
+            timestamps=words,
+        )
+        self._chunk_id += 1
+        return chunk
+
+    async def send_words(self) -> None:
+        """vllm-omni's closing ``audio.chunk`` of a sentence: no audio, its
+        words' timings (``[]``: none were spoken; null: the engine gave none)."""
+        if not self.chunks:
+            return
+        segment = self.item.segment
+        words = (
+            ([] if not segment.engine_text.strip() else None)  # nothing to speak: no words
+            if segment.words is None
+            else [
+                protocol.ChunkWord(
+                    word=w.text, start_ms=round(w.start_ms, 1), end_ms=round(w.end_ms, 1)
+                )
+                for w in segment.source_words
+            ]
+        )
+        await self.env.out.event(self._chunk(b"", 0, words, last=True))
 
     async def _admit(self, frame_ms: float) -> bool:
         host = self.env.host
@@ -410,6 +460,7 @@ class AudioStream:
                     language=config.language,
                     speed=config.speed,
                     instructions=config.instructions,
+                    seed=config.seed,
                     options=utterance.options,
                     alignment=True,
                     label=f"{self.env.label}/{item.context.id or '-'}",
@@ -508,6 +559,8 @@ class AudioStream:
                 self._resamplers.pop(utt, None)
             await out.push(np.zeros(0, np.float32) if carry else resampler.flush(), last=True)
             await out.send_whole()
+            if failure is None and not utt.cancelled:
+                await out.send_words()
         if utt.cancelled:
             # frames after the cancel were dropped by admit: the report
             # follows the last frame that actually went out

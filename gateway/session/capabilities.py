@@ -20,4 +20,5 @@ def capabilities_message(caps: Capabilities) -> protocol.EngineCapabilities:
         max_concurrency=caps.max_concurrency,
         typical_first_chunk_ms=round(caps.typical_first_chunk_s * 1000, 1),
         normalizes_text=caps.normalizes_text,
+        seed=caps.seed,
     )

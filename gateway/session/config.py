@@ -19,15 +19,17 @@ from gateway.engines.base import VoiceInfo, voice_named
 from gateway.errors import ErrorCode, GatewayError
 from gateway.protocol import EffectiveConfig, SessionConfig
 from gateway.session.validation import (
-    VLLM_ANY,
-    VLLM_DEFAULTS,
+    VLLM_FIELDS,
     check_instructions,
     check_language,
     check_model,
     check_pronunciations,
     check_sample_rate,
+    check_seed,
     check_speed,
+    check_speed_honoured,
     check_vllm_fields,
+    invalid_config,
 )
 
 
@@ -72,8 +74,11 @@ def _find_voice(name: str, voices: Sequence[VoiceInfo]) -> VoiceInfo:
 
 def vllm_fields(msg: SessionConfig) -> dict[str, Any]:
     """The vllm-omni extension fields ``msg`` gives (not left out, not null)."""
-    names = (*VLLM_DEFAULTS, *VLLM_ANY, "speaker_embedding")
-    return {name: getattr(msg, name) for name in names if _given(getattr(msg, name))}
+    return {
+        name: getattr(msg, name)
+        for name in VLLM_FIELDS
+        if hasattr(msg, name) and _given(getattr(msg, name))
+    }
 
 
 def clone_options(
@@ -105,10 +110,14 @@ def apply_config(
     *,
     instructions: bool = False,
     cloning: bool = False,
+    seed: bool = False,
+    alignment: bool = False,
+    speed: bool = True,
 ) -> EffectiveConfig:
     """Return the config in force after ``msg``, or raise ``GatewayError``.
-    ``instructions``, ``cloning``: the engine's capabilities (a style prompt,
-    voice-clone fields; those are kept by ``clone_options``)."""
+    ``instructions``, ``cloning``, ``seed``, ``alignment``, ``speed``: the
+    engine's capabilities (a style prompt, voice-clone fields, kept by
+    ``clone_options``, a sampling seed, word timings, a pace other than 1.0)."""
     check_vllm_fields(vllm_fields(msg), cloning)
     if _given(msg.voice) and _given(msg.speaker):
         assert isinstance(msg.voice, str) and isinstance(msg.speaker, str)
@@ -141,10 +150,14 @@ def apply_config(
     if _given(msg.model):
         assert isinstance(msg.model, str)
         check_model(msg.model, engine_name, model_names)
+    if _given(msg.seed):
+        assert isinstance(msg.seed, int)
+        changes["seed"] = check_seed(msg.seed, engine_name, seed)
     # the decoder already holds these to the protocol's bounds; a message
     # built in code goes through the same check
     if isinstance(msg.speed, float | int) and not isinstance(msg.speed, bool):
         check_speed(msg.speed)
+        check_speed_honoured(msg.speed, engine_name, speed)
     if isinstance(msg.sample_rate, int) and not isinstance(msg.sample_rate, bool):
         check_sample_rate(msg.sample_rate)
     for name in (
@@ -163,6 +176,7 @@ def apply_config(
         "normalize",
         "emoji",
         "debug_engine_text",
+        "word_timestamps",
     ):
         value = getattr(msg, name)
         if _given(value):
@@ -176,9 +190,34 @@ def apply_config(
             f"flow_control {merged.flow_control!r} needs `stream_audio: true`",
             param="flow_control",
         )
+    if merged.word_timestamps:
+        _check_word_timestamps(merged, alignment)
     return msgspec.structs.replace(
         merged, frame_samples=frame_samples(merged.sample_rate, merged.frame_ms)
     )
+
+
+def _check_word_timestamps(config: EffectiveConfig, alignment: bool) -> None:
+    """vllm-omni's ``word_timestamps``: its JSON ``audio.chunk`` frames carry
+    streamed PCM (as in vllm-omni 0.30) and the engine's word timings."""
+    if not alignment:
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            "`word_timestamps` needs word timings, which this engine does not give",
+            param="word_timestamps",
+        )
+    if not (config.stream_audio and config.response_format == "pcm"):
+        raise invalid_config(
+            '`word_timestamps` (true) needs `stream_audio: true` and `response_format: "pcm"`'
+            " (the timings ride the streamed audio.chunk events)",
+            "word_timestamps",
+        )
+    if config.framing != "raw":
+        raise invalid_config(
+            "`word_timestamps` (true) sends audio as JSON audio.chunk events, which carry"
+            ' their context: it takes `framing: "raw"`',
+            "word_timestamps",
+        )
 
 
 def _native_rate(voice_name: str, voices: Sequence[VoiceInfo]) -> int:

@@ -21,19 +21,23 @@ the stream sends.  To stop a stream's work the core asks the stream
 The reader never waits on synthesis: ``cancel`` and ``playback`` are
 handled while audio is being produced.
 
-Admission (``gateway.flow.admission``): an utterance's first committed
-segment asks the server's gate for a stream slot.  Granted at once, its
-segments go to the stream; otherwise the utterance is *committed, waiting
-for a slot*: its segments wait here (``_waiting``) and more text is accepted
-meanwhile.  The gate's decision is an event the endpoint delivers
-(``slot_event``): a grant hands the waiting segments to the stream; a
-refusal past the deadline answers ``busy`` with ``retry_after_ms`` and
-reports the utterance as not spoken (``audio.cancelled``, ``session.done``
-``cancelled``).
+Admission (``gateway.flow.admission``): a session is admitted once, at its
+first committed text, and keeps its admission until it ends: none of its
+utterances is refused or cut for capacity afterwards.  Until the door lets
+it in, its committed segments wait here (``_waiting``) and more text is
+accepted meanwhile.  The gate's decision is an event the endpoint delivers
+(``slot_event``): a grant hands the waiting segments to the streams; a
+refusal past the deadline answers ``busy`` with ``retry_after_ms`` before
+any audio and reports the text as not spoken (``audio.cancelled``,
+``session.done`` ``cancelled``).
 
-Lifecycle: ``OPEN`` (after ``session.created``) -> ``CLOSING`` (close asked,
+Lifecycle: ``OPEN`` (after ``session.created``) -> ``CLOSING`` (close,
 error or disconnect: work is being cancelled) -> ``CLOSED``.  An illegal
-transition raises at once.
+transition raises at once.  ``session.close`` (since protocol 2.0.0) first
+*finishes* while still ``OPEN`` (``begin_drain(closing=True)``, the same
+drain as a server shutdown's): no new utterance starts, what was committed is
+spoken, and the route closes once nothing is left or ``drain_timeout_s``
+passed (``CloseWhenDone``); ``cancel`` and ``playback`` are read meanwhile.
 """
 
 from __future__ import annotations
@@ -102,7 +106,17 @@ class AnswerVoiceRequest:
     request: VoiceRequest
 
 
-Action = protocol.ServerMessage | Close | AnswerVoiceRequest
+@dataclass(frozen=True)
+class CloseWhenDone:
+    """``session.close``: close with ``code`` once the session has nothing
+    left to speak (``busy`` is false), or after ``drain_timeout_s``
+    (``Close`` then cancels and reports the rest); keep reading meanwhile."""
+
+    code: int
+    reason: str
+
+
+Action = protocol.ServerMessage | Close | CloseWhenDone | AnswerVoiceRequest
 
 
 def _unclosed_error(context_id: str | None, problem: FrontEndError) -> protocol.Error:
@@ -155,9 +169,14 @@ class Session:
         self.lexicon = lexicon
         #: whom admission's fairness counts this session as (address or agent key)
         self.client = client
-        #: stream-slot tickets of utterances with committed text (granted or waiting)
-        self._tickets: dict[Utterance, Ticket] = {}
-        #: utterances committed and waiting for a slot: their context and segments
+        #: the session's admission (``_take_slot``): waiting at the door or granted
+        self._door: Ticket | None = None
+        #: the most utterances of this session streaming at once (``max_streams_per_session``)
+        self._share = settings.max_streams_per_session
+        #: utterances streaming (committed text being synthesized, queued or sent)
+        self._holding: set[Utterance] = set()
+        #: utterances committed and waiting (for the door, or for the session's
+        #: share): their context and segments, in commit order
         self._waiting: dict[Utterance, tuple[Context, list[QueuedSegment]]] = {}
         #: the endpoint's delivery of a slot decision (``Connection.slot_decided``);
         #: it calls ``slot_event`` and performs the actions.  None: applied here,
@@ -173,6 +192,9 @@ class Session:
         self.clone_options: Mapping[str, object] = {}
         #: the server is shutting down: no new utterance starts
         self.draining = False
+        #: ``session.close`` was received: no new utterance starts, the
+        #: committed text is being spoken before the close
+        self.closing = False
         self.contexts = Contexts(settings.max_contexts, self._context_live)
         self.utterances_started = 0
         self.log = SessionLog(log, {"session": self.id})
@@ -306,7 +328,12 @@ class Session:
             case protocol.Ping(id=ping_id):
                 return [protocol.Pong(id=ping_id)]
             case protocol.SessionClose():
-                return [Close(CloseCode.NORMAL, "session.close")]
+                if self.closing:
+                    return []  # already finishing: the first close decides
+                return [
+                    *self.begin_drain(closing=True),
+                    CloseWhenDone(CloseCode.NORMAL, "session.close"),
+                ]
             case protocol.VoiceList() | protocol.VoiceAdd() | protocol.VoiceRemove():
                 return [AnswerVoiceRequest(message)]
             case _:
@@ -358,6 +385,9 @@ class Session:
             engine.model_names(),
             instructions=caps.instructions,
             cloning=caps.cloning,
+            seed=caps.seed,
+            alignment=caps.alignment,
+            speed=caps.speed,
         )
         options = clone_options(self.clone_options, message, caps.cloning)
         if self.busy() and (new.framing != self.config.framing):
@@ -387,12 +417,14 @@ class Session:
             segmenter is None
             or segmenter.granularity != session.split_granularity
             or segmenter.input_format != session.input_format
+            or segmenter.markup_tags != self.engine.capabilities.markup_tags
         ):
-            # cuts keep the input format's constructs whole (Markdown, SSML)
+            # cuts keep the input format's constructs and the engine's tags whole
             segmenter = Segmenter(
                 session.split_granularity,
                 max_chars=self.settings.max_segment_chars,
                 input_format=session.input_format,
+                markup_tags=self.engine.capabilities.markup_tags,
             )
         config = PolicyConfig(
             # the engine's own time to first chunk, with room for load
@@ -461,6 +493,12 @@ class Session:
         self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
 
     def _start_utterance(self, ctx: Context) -> Utterance:
+        if self.closing:
+            raise GatewayError(
+                ErrorCode.INVALID_STATE,
+                "session.close was received: the session is finishing what was flushed"
+                " and then closes; this text was not accepted, open a new session for it",
+            )
         if self.draining:
             raise GatewayError(
                 ErrorCode.BUSY,
@@ -504,7 +542,7 @@ class Session:
     def _enqueue(self, ctx: Context, texts: list[str]) -> None:
         """Commit segments of the client's text: the front-end reads each
         (``_read``); it goes to the context's stream, or waits with its
-        utterance for a stream slot."""
+        utterance for the door or the session's share."""
         utt = ctx.utterance
         if not texts or utt is None:
             return
@@ -557,36 +595,46 @@ class Session:
             return
         utt.reading = asyncio.ensure_future(_finish_after(pending, utt))
 
-    # --- stream slots (``max_active_streams``, ``max_streams_per_session``) --
-    # An utterance holds one slot while it has committed text being
-    # synthesized or queued (segments in its stream): asked for when a segment
-    # is committed (waiting in the admission queue if none is free), given
-    # back when its last committed segment ends (the next commit asks again)
-    # or when it is cancelled.  Text still in the segmenter holds none, so
-    # idle, unfinished utterances block nobody.
+    # --- admission: the door, then the session's share -------------------
+    # A session is admitted once, at its first committed text (``_door``: a
+    # ticket of the server's gate, ``max_active_streams`` counting admitted
+    # sessions); it keeps its admission until it ends, so none of its
+    # utterances, contexts or re-asks is ever refused or cut for capacity.
+    # A session that finds the door closed waits in the gate's bounded queue
+    # (its segments wait here, in ``_waiting``, and more text is accepted
+    # meanwhile); past the deadline it is answered ``busy`` before any of its
+    # audio.  Inside an admitted session, ``max_streams_per_session`` utterances
+    # (all its contexts together) stream at once; more wait here for one of
+    # the session's own to end: the share delays, never refuses.  An
+    # utterance streams (``holds_slot``) while committed text of it is being
+    # synthesized, queued or sent; text still in the segmenter holds nothing.
+    @property
+    def admitted(self) -> bool:
+        return self._door is not None and self._door.state == "granted"
+
+    def speaking(self) -> bool:
+        """Some utterance of this session is streaming or waiting to (the
+        capacity follower counts admitted sessions that speak)."""
+        return bool(self._holding or self._waiting)
+
     def _slot_refusal(self, utt: Utterance | None) -> str | None:
-        """Why a commit for ``utt`` could not get or wait for a slot now (None: it can)."""
-        if utt is not None and utt in self._tickets:
+        """Why a commit could not be admitted or wait at the door now (None: it can)."""
+        if self._door is not None:
             return None
-        return self.admission.refusal(self)
+        return self.admission.refusal()
 
     def _check_slot(self, utt: Utterance | None, what: str) -> None:
-        """Refuse (``busy``) text for an utterance that holds no slot when
-        none is free for it: that text could not be committed."""
+        """Refuse (``busy``) text of a session that is not admitted when the
+        door is closed and its queue full (or the server drains): that text
+        could not be committed."""
         refusal = self._slot_refusal(utt)
         if refusal is not None:
             raise self._busy(refusal, what)
 
     def _busy(self, refusal: str, what: str, waited_s: float | None = None) -> GatewayError:
         """The ``busy`` error of a ``refusal``; ``waited_s``: the time a
-        refused utterance waited in the queue first."""
+        refused session waited at the door first."""
         retry = self.admission.queue.retry_after_s
-        if refusal == "share":
-            return GatewayError(
-                ErrorCode.BUSY,
-                f"this session is streaming its share of {self.admission.per_holder}"
-                f" utterances at once (max_streams_per_session); {what}, retry when one ends",
-            )
         if refusal == "draining":
             return GatewayError(
                 ErrorCode.BUSY,
@@ -597,33 +645,41 @@ class Session:
         if refusal == "deadline":
             return GatewayError(
                 ErrorCode.BUSY,
-                f"no stream slot came free within {self.admission.queue.deadline_s:g} s"
-                f" (all {self.admission.limit} in use); {what}, retry after retry_after_ms",
+                f"the server is full: no conversation ended within"
+                f" {self.admission.queue.deadline_s:g} s (all {self.admission.limit} admitted"
+                f" sessions are speaking); {what}, retry after retry_after_ms or connect to"
+                " another server",
                 retry_after_s=retry,
                 waited_s=waited_s,
             )
         return GatewayError(
             ErrorCode.BUSY,
-            f"all {self.admission.limit} stream slots are in use and the admission queue is"
-            f" full; {what}, retry after retry_after_ms",
+            f"the server is full ({self.admission.limit} sessions admitted) and its admission"
+            f" queue is full; {what}, retry after retry_after_ms or connect to another server",
             retry_after_s=retry,
         )
 
     def _take_slot(self, ctx: Context, utt: Utterance) -> None:
-        if utt in self._tickets:
+        if utt.holds_slot or utt in self._waiting:
             return
-        ticket = self.admission.ask(self.client, self, notify=self._slot_decided)
-        if ticket.state == "refused":
-            # callers checked ``_slot_refusal`` first in the same call, so this
-            # cannot happen; if it ever did, the work goes on uncounted rather
-            # than losing text
-            self.log.warning("committed text without a stream slot")
-            return
-        self._tickets[utt] = ticket
-        if ticket.state == "granted":
-            utt.holds_slot = True
+        if self._door is None:
+            ticket = self.admission.ask(self.client, self, notify=self._slot_decided)
+            if ticket.state == "refused":
+                # callers checked ``_slot_refusal`` first in the same call, so
+                # this cannot happen; if it ever did, the work goes on
+                # uncounted rather than losing text
+                self.log.warning("committed text without admission")
+                self._hold(utt)
+                return
+            self._door = ticket
+        if self.admitted and len(self._holding) < self._share:
+            self._hold(utt)
         else:
             self._waiting[utt] = (ctx, [])
+
+    def _hold(self, utt: Utterance) -> None:
+        utt.holds_slot = True
+        self._holding.add(utt)
 
     def _slot_decided(self, ticket: Ticket) -> None:
         if self.slot_listener is not None:
@@ -632,31 +688,60 @@ class Session:
             self.slot_event(ticket)
 
     def slot_event(self, ticket: Ticket) -> list[Action]:
-        """The admission gate decided a waiting ticket: on a grant the waiting
-        segments go to the stream; on a refusal (deadline) the utterance is
-        answered ``busy`` and reported as not spoken."""
-        utt = next((u for u, t in self._tickets.items() if t is ticket), None)
-        if utt is None or utt not in self._waiting or self.state is not State.OPEN:
+        """The gate decided the session's waiting ticket: on a grant the
+        waiting segments go to their streams; on a refusal (deadline,
+        draining) every waiting utterance is answered ``busy`` and reported
+        as not spoken (nothing of this session was spoken yet)."""
+        if ticket is not self._door or self.state is not State.OPEN:
             return []  # withdrawn meanwhile (cancel, close): nothing waits for it
-        ctx, segments = self._waiting.pop(utt)
         if ticket.state == "granted":
-            utt.holds_slot = True
-            utt.admission_wait_ms = ticket.waited_s * 1000
+            for utt in self._waiting:
+                utt.admission_wait_ms = ticket.waited_s * 1000
+            self._promote()
+            return []
+        self._door = None
+        assert ticket.refusal is not None
+        error = self._busy(ticket.refusal, "this utterance was not spoken", ticket.waited_s)
+        actions: list[Action] = []
+        refused: dict[Context, list[Utterance]] = {}
+        for utt, (ctx, _) in list(self._waiting.items()):
+            refused.setdefault(ctx, []).append(utt)
+        self._waiting.clear()
+        for ctx, utterances in refused.items():
+            actions += self.report_error(error, ctx.id)
+            actions += self._cancel_utterances(ctx, utterances)
+        return actions
+
+    def _promote(self) -> None:
+        """Admitted: waiting utterances stream, in commit order, as the share allows."""
+        if not self.admitted:
+            return
+        for utt in list(self._waiting):
+            if len(self._holding) >= self._share:
+                return
+            ctx, segments = self._waiting.pop(utt)
+            self._hold(utt)
             stream = self._stream_for(ctx)
             for segment in segments:
                 stream.enqueue(segment)
-            return []
-        del self._tickets[utt]
-        assert ticket.refusal is not None
-        error = self._busy(ticket.refusal, "this utterance was not spoken", ticket.waited_s)
-        return [*self.report_error(error, ctx.id), *self._cancel_utterances(ctx, [utt])]
 
     def _release_slot(self, utt: Utterance) -> None:
+        """``utt`` streams no more (its committed text is spoken, or it was
+        cancelled): the session's share frees; its admission stays."""
         utt.holds_slot = False
+        self._holding.discard(utt)
         self._waiting.pop(utt, None)
-        ticket = self._tickets.pop(utt, None)
-        if ticket is not None:
-            self.admission.release(ticket)
+        if self._door is not None and self._door.state == "waiting" and not self._waiting:
+            # nothing waits at the door any more (cancelled): leave the queue
+            self.admission.release(self._door)
+            self._door = None
+        self._promote()
+
+    def _leave(self) -> None:
+        """The session ends: its admission goes back to the gate."""
+        if self._door is not None:
+            self.admission.release(self._door)
+            self._door = None
 
     def _stream_for(self, ctx: Context) -> AudioStream:
         utt = ctx.utterance
@@ -813,7 +898,9 @@ class Session:
                     message=failure.message,
                     context_id=ctx.id,
                     partial_audio=sent_bytes > 0,
-                    action="sentence_skipped",
+                    # vllm-omni 0.30's word when part of the sentence's audio
+                    # went out: drop it; the utterance goes on either way
+                    action="discard" if sent_bytes > 0 else "sentence_skipped",
                     retry_after_ms=(
                         BUSY_RETRY_AFTER_S * 1000 if failure.code is ErrorCode.BUSY else None
                     ),
@@ -830,6 +917,9 @@ class Session:
             if self._has_work_for(utt, ctx):
                 break
             ctx.pending.pop(0)
+            if utt.unsent_text:  # ended by session.close with text never flushed
+                messages += self._report_unflushed(ctx, utt)
+                continue
             self._release_slot(utt)
             if utt.unclosed is not None:  # SSML left open at the end
                 messages.append(_unclosed_error(ctx.id, utt.unclosed))
@@ -852,7 +942,7 @@ class Session:
             " (played_ms) as audio plays, or use flow_control realtime",
         )
         actions = [*self.report_error(error, ctx.id), *self.cancel(ctx.id)]
-        return [a for a in actions if not isinstance(a, Close | AnswerVoiceRequest)]
+        return [a for a in actions if not isinstance(a, Close | CloseWhenDone | AnswerVoiceRequest)]
 
     def cancelled_audio_ended(
         self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
@@ -883,16 +973,49 @@ class Session:
                 messages += self._cancel_utterances(ctx, utterances)
         return messages
 
-    def begin_drain(self) -> list[Action]:
-        """Server shutdown: utterances still accepting text (no ``input.done``)
-        are cancelled and reported; those that received ``input.done`` go on;
-        no new utterance starts."""
-        self.draining = True
+    def begin_drain(self, *, closing: bool = False) -> list[Action]:
+        """No new utterance starts; those that received ``input.done`` go on.
+
+        Server shutdown: utterances still accepting text (no ``input.done``)
+        are cancelled and reported.  ``closing`` (``session.close``): they
+        end instead, as at ``input.done`` but without its flush: what was
+        committed (``input.flush``, cuts) is spoken, and the text still in
+        the segmenter is reported unspoken after it (``_report_unflushed``)."""
+        if closing:
+            self.closing = True
+        else:
+            self.draining = True
         messages: list[Action] = []
         for ctx in self.contexts:
-            if ctx.utterance is not None:
+            if ctx.utterance is None:
+                continue
+            if closing:
+                messages += self._end_unflushed(ctx)
+            else:
                 messages += self._cancel_utterances(ctx, [ctx.utterance])
         return messages
+
+    def _end_unflushed(self, ctx: Context) -> list[protocol.ServerMessage]:
+        """End the context's open utterance for ``session.close``: its
+        committed segments go on; the text never committed is set aside."""
+        utt = ctx.utterance
+        assert utt is not None
+        ctx.cancel_segment_timer()
+        utt.unsent_text = ctx.policy.discard().strip()
+        utt.done_received = True  # no more text: the engine's input stream may end
+        self._stream_for(ctx).close_if_complete(utt)
+        ctx.utterance = None
+        ctx.pending.append(utt)
+        ctx.policy.end_utterance()
+        return self.segment_dequeued(ctx)
+
+    def _report_unflushed(self, ctx: Context, utt: Utterance) -> list[protocol.ServerMessage]:
+        """An utterance ended by ``session.close`` has spoken all it committed:
+        the cancel report, with everything sent counted as heard (nothing was
+        interrupted) and the text never flushed as ``unspoken_text``."""
+        self.metrics.cancels.inc()
+        self._release_slot(utt)
+        return cancel_report(ctx.id, [utt], utt.flow_offset_ms + utt.sent_ms, "sent_ms")
 
     def _cancel_utterances(self, ctx: Context, utterances: list[Utterance]) -> list[Action]:
         """Stop these utterances of a context: their queued segments, their
@@ -952,6 +1075,7 @@ class Session:
     async def shutdown(self) -> None:
         """Stop every task and engine job of this session."""
         self.connection_lost()
+        self._waiting.clear()
         for ctx in self.contexts:
             ctx.cancel_segment_timer()
             live = [*ctx.pending, *ctx.awaiting_report]
@@ -962,8 +1086,9 @@ class Session:
             ctx.utterance = None
             ctx.pending = []
             ctx.awaiting_report = []
-        for utt in list(self._tickets):
+        for utt in list(self._holding):
             self._release_slot(utt)
+        self._leave()
         await asyncio.gather(*(s.stop() for s in self.streams()), return_exceptions=True)
         if self.state is not State.CLOSED:
             self._transition(State.CLOSED)

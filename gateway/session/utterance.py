@@ -110,9 +110,9 @@ class Utterance:
     reading: asyncio.Future[None] | None = None
     _located: int = 0  #: end of the last segment found in ``source_text``
     _frontend_chars: int = 0  #: characters handed to the front-end so far
-    #: holds a ``max_active_streams`` slot: it has committed text being
-    #: synthesized or queued (``Session._take_slot``; committed text waiting
-    #: for a slot is the session core's ``_waiting``)
+    #: streams: it has committed text being synthesized or queued, within its
+    #: session's ``max_streams_per_session`` (``Session._take_slot``;
+    #: committed text waiting for the door or the share is the core's ``_waiting``)
     holds_slot: bool = False
     unsent_text: str = ""  #: text discarded from the segmenter by a cancel
     sent_ms: float = 0.0  #: audio sent so far
@@ -123,7 +123,7 @@ class Utterance:
     first_audio_at: float | None = None
     compute_ms: float = 0.0
     queue_ms: float | None = None
-    #: its first committed segment waited this long for a stream slot
+    #: its first committed segment waited this long at the door
     admission_wait_ms: float = 0.0
 
     def metrics(self) -> protocol.UtteranceMetrics:
@@ -257,11 +257,13 @@ class Utterance:
         With word timings a word counts as spoken if it started before the
         position; without, a segment counts only if all of it was before the
         position.  Text still in the segmenter (``buffered``) is unspoken.
+        The spoken text is a prefix: once some text is unspoken, so is all
+        after it (a silent segment after a half-heard one was not heard).
         """
         spoken: list[str] = []
         unspoken: list[str] = []
         for segment in self.segments:
-            if not segment.started:
+            if not segment.started or unspoken:
                 unspoken.append(segment.text)
                 continue
             if segment.words:

@@ -14,6 +14,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,6 +88,19 @@ def check_speed(speed: float) -> float:
     return speed
 
 
+def check_speed_honoured(speed: float, engine_name: str, honoured: bool) -> float:
+    """``speed`` other than 1.0 for an engine that declares it can change
+    the pace (``Capabilities.speed``); any other engine takes only 1.0."""
+    if speed != 1.0 and not honoured:
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"`speed` {speed} cannot be honoured by the {engine_name!r} engine (its servers"
+            " do not change the pace of a streamed response); send 1.0",
+            param="speed",
+        )
+    return speed
+
+
 def check_sample_rate(rate: int) -> int:
     if not SAMPLE_RATE_MIN <= rate <= SAMPLE_RATE_MAX:
         raise invalid_config(
@@ -150,70 +164,187 @@ def check_instructions(instructions: str | None, engine_name: str, honoured: boo
     return instructions.strip()
 
 
-#: vllm-omni's extension fields and the values every engine takes silently
-VLLM_DEFAULTS: dict[str, frozenset[object]] = {
-    "task_type": frozenset({"CustomVoice"}),
-    "ref_audio": frozenset({""}),
-    "ref_text": frozenset({""}),
-    "x_vector_only_mode": frozenset({False}),
-    "non_streaming_mode": frozenset({False}),
-    "word_timestamps": frozenset({False}),
+# --- vllm-omni 0.30's fields (docs/protocol.md, "vllm-omni 0.30, field by field") ---
+
+#: vllm-omni 0.30's fields that only tune a model the gateway does not run
+#: (Qwen3-TTS's token budget, its first codec chunk, its prompt construction):
+#: any value of the right type is accepted and ignored
+TUNING_FIELDS = ("max_new_tokens", "initial_codec_chunk_frames", "non_streaming_mode")
+#: voice-clone fields and the values that mean "no clone", which every engine
+#: takes silently; an engine declaring ``cloning`` receives the others
+#: (``CLONING_OPTIONS``)
+CLONE_DEFAULTS: dict[str, tuple[object, ...]] = {
+    "task_type": ("CustomVoice",),
+    "ref_audio": ("", []),
+    "ref_text": ("",),
+    "x_vector_only_mode": (False,),
+    "speaker_embedding": ([],),
+    "ref_audio_2": ("",),
 }
-#: vllm-omni's fields whose every (non-negative) value is harmless here
-VLLM_ANY = ("max_new_tokens", "initial_codec_chunk_frames")
+assert tuple(CLONE_DEFAULTS) == CLONING_OPTIONS, "the engine receives the clone fields checked here"
+#: vllm-omni 0.30's fields that would change the output and that no engine
+#: here produces (sound effects, a model's own extra arguments): accepted
+#: empty (``""``, ``{}``), else ``unsupported_option`` naming the field
+UNSUPPORTED_FIELDS: dict[str, tuple[object, ...]] = {
+    "ambient_sound": ("",),
+    "duration_seconds": (),
+    "extra_params": ({},),
+}
+#: every vllm-omni field ``check_vllm_fields`` reads (the rest of 0.30's
+#: fields are the gateway's own: voice, speed, language, ...)
+VLLM_FIELDS: tuple[str, ...] = (*CLONE_DEFAULTS, *TUNING_FIELDS, *UNSUPPORTED_FIELDS)
 #: the longest ``ref_text`` accepted (characters)
 MAX_REF_TEXT_CHARS = 2000
+#: the longest ``speaker_embedding`` (numbers), as vllm-omni 0.30 caps it
+MAX_EMBEDDING_VALUES = 8192
 
 
 def check_vllm_fields(fields: Mapping[str, Any], cloning: bool) -> dict[str, object]:
     """vllm-omni's extension fields, alike for ``session.config`` and HTTP.
 
-    ``fields`` holds the ones a client gave (not null).  At their defaults they
-    are accepted silently.  An engine that declares ``cloning`` (an upstream
-    in front of a voice-cloning model) receives the voice-clone fields
-    (``CLONING_OPTIONS``): they are returned as ``StreamRequest.options``,
-    a default value as a removal (``None``).  Anything else is
-    ``unsupported_option``.  ``ref_audio`` is passed through as given (a URL
-    or a base64 data URL, which the upstream fetches or decodes); its size is
-    bounded by the message and body limits."""
+    ``fields`` holds the ones a client gave (not null).  The tuning fields
+    are accepted whatever their value (never negative).  A voice-clone field
+    at its "no clone" value is accepted by every engine; an engine that
+    declares ``cloning`` (an upstream in front of a voice-cloning model)
+    receives the others as ``StreamRequest.options`` (a "no clone" value is
+    returned as a removal, ``None``); any other engine refuses them with
+    ``unsupported_option``, as it refuses the fields no engine here honours.
+    ``ref_audio`` (a URL, a base64 data URL, or a list of them) is passed
+    through as given; its size is bounded by the message and body limits."""
     options: dict[str, object] = {}
-    for name, accepted in VLLM_DEFAULTS.items():
+    for name, accepted in CLONE_DEFAULTS.items():
         if name not in fields:
             continue
         value = fields[name]
-        if cloning and name in CLONING_OPTIONS:
-            if name == "ref_text" and len(str(value)) > MAX_REF_TEXT_CHARS:
-                raise GatewayError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"`ref_text` has {len(str(value))} characters; the limit is"
-                    f" {MAX_REF_TEXT_CHARS}",
-                    param=name,
-                )
+        if name == "ref_text" and len(str(value)) > MAX_REF_TEXT_CHARS:
+            raise invalid_config(
+                f"`ref_text` has {len(str(value))} characters; the limit is {MAX_REF_TEXT_CHARS}",
+                name,
+            )
+        if name == "speaker_embedding":
+            _check_embedding(value)
+        if cloning:
             options[name] = None if value in accepted else value
-            continue
-        if value in accepted:
-            continue
-        raise GatewayError(
-            ErrorCode.UNSUPPORTED_OPTION,
-            f"`{name}` = {_shown(value)} is not supported by this engine"
-            + (
-                "; use the gateway's `timestamps: true` for word timings"
-                if name == "word_timestamps"
-                else ""
-            ),
-            param=name,
-        )
-    if fields.get("speaker_embedding") is not None:
-        raise GatewayError(
-            ErrorCode.UNSUPPORTED_OPTION,
-            "`speaker_embedding` is not supported by this engine",
-            param="speaker_embedding",
-        )
-    for name in VLLM_ANY:
+        elif value not in accepted:
+            raise _unsupported(name, value)
+    for name, accepted in UNSUPPORTED_FIELDS.items():
+        if name in fields and fields[name] not in accepted:
+            raise _unsupported(name, fields[name])
+    for name in TUNING_FIELDS:
         value = fields.get(name)
-        if value is not None and value < 0:
-            raise GatewayError(ErrorCode.INVALID_CONFIG, f"`{name}` must be >= 0", param=name)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise invalid_config(f"`{name}` must be >= 0", name)
     return options
+
+
+def _unsupported(name: str, value: object) -> GatewayError:
+    return GatewayError(
+        ErrorCode.UNSUPPORTED_OPTION,
+        f"`{name}` = {_shown(value)} is not supported by this engine; it would change the"
+        " audio, so leave it out",
+        param=name,
+    )
+
+
+def _check_embedding(value: object) -> None:
+    """A flat list of finite numbers, or a list of such lists (vllm-omni's
+    two forms), at most ``MAX_EMBEDDING_VALUES`` long."""
+    vectors = value if isinstance(value, list) and value and isinstance(value[0], list) else [value]
+    for vector in vectors:
+        ok = isinstance(vector, list) and all(
+            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+            for x in vector
+        )
+        if not ok:
+            raise invalid_config(
+                "`speaker_embedding` must be a list of finite numbers or a list of such lists",
+                "speaker_embedding",
+            )
+        if len(vector) > MAX_EMBEDDING_VALUES:  # type: ignore[arg-type]
+            raise invalid_config(
+                f"`speaker_embedding` has more than {MAX_EMBEDDING_VALUES} values",
+                "speaker_embedding",
+            )
+
+
+def check_seed(seed: int | None, engine_name: str, honoured: bool) -> int | None:
+    """``seed`` (vllm-omni 0.30: an int64) for an engine that declares
+    ``Capabilities.seed``; another engine refuses it, as its audio would
+    not be reproducible as asked."""
+    if seed is None:
+        return None
+    if not -(2**63) <= seed < 2**63:
+        raise invalid_config(f"`seed` must be a 64-bit integer, got {seed}", "seed")
+    if not honoured:
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_OPTION,
+            f"`seed` cannot be honoured by the {engine_name!r} engine (its audio cannot be made"
+            " reproducible by a seed); leave it out",
+            param="seed",
+        )
+    return seed
+
+
+def references_to_ref_audio(body: dict[str, Any]) -> dict[str, Any]:
+    """vllm-omni 0.30's ``references`` (Higgs Audio's cookbook form,
+    ``[{"audio_path": ..., "text": ...}]``, one reference) read into
+    ``ref_audio`` and ``ref_text``, with 0.30's rules; a new dict without it."""
+    refs = body.get("references")
+    if refs is None:
+        return {k: v for k, v in body.items() if k != "references"}
+    param = "references"
+    if not isinstance(refs, list) or not refs:
+        raise invalid_config(
+            "`references` must be a non-empty array of {audio_path, text} objects", param
+        )
+    if len(refs) > 1:
+        raise invalid_config(
+            "`references` takes a single reference; several (multi-shot cloning) are not supported",
+            param,
+        )
+    first = refs[0]
+    audio_path = first.get("audio_path") if isinstance(first, dict) else None
+    if not isinstance(audio_path, str) or not audio_path:
+        raise invalid_config("`references[0].audio_path` is required: a URL or a data: URI", param)
+    out = {k: v for k, v in body.items() if k != "references"}
+    if out.get("ref_audio") and out["ref_audio"] != audio_path:
+        raise invalid_config("`references` and `ref_audio` are mutually exclusive", param)
+    out["ref_audio"] = audio_path
+    text = first.get("text")  # type: ignore[union-attr]  # a dict, checked above
+    if isinstance(text, str) and text.strip():
+        if out.get("ref_text") and out["ref_text"] != text:
+            raise invalid_config(
+                "`references[0].text` and `ref_text` differ; send one of them", param
+            )
+        out["ref_text"] = text
+    return out
+
+
+def unknown_fields(keys: Sequence[str], known: frozenset[str] | set[str]) -> list[str]:
+    """The keys of a speech request that name no field of this gateway or of
+    vllm-omni: ignored, and named in a warning (``ignored_fields_message``)."""
+    return [key for key in keys if key not in known]
+
+
+#: the most field names one warning lists (a body may carry thousands of keys)
+MAX_NAMED_FIELDS = 20
+
+
+#: the longest field name a warning repeats (characters)
+MAX_NAME_CHARS = 64
+
+
+def named_fields(names: Sequence[str]) -> list[str]:
+    """The ignored fields a warning names: the first ``MAX_NAMED_FIELDS``,
+    each cut to ``MAX_NAME_CHARS`` (a client's keys are not echoed unbounded)."""
+    return [name[:MAX_NAME_CHARS] for name in names[:MAX_NAMED_FIELDS]]
+
+
+def ignored_fields_message(names: Sequence[str]) -> str:
+    """The warning for ``names`` (WebSocket ``warning``, HTTP ``X-Ignored-Fields``)."""
+    shown = ", ".join(f"`{n}`" for n in named_fields(names))
+    more = f" and {len(names) - MAX_NAMED_FIELDS} more" if len(names) > MAX_NAMED_FIELDS else ""
+    return f"unknown fields ignored: {shown}{more} (check their spelling)"
 
 
 def _shown(value: object) -> str:

@@ -98,11 +98,16 @@ class SegmentQueue(Generic[S]):
 
 
 def committed_segments(
-    text: str, max_chars: int, input_format: InputFormat | None = None
+    text: str,
+    max_chars: int,
+    input_format: InputFormat | None = None,
+    markup_tags: tuple[str, ...] = (),
 ) -> list[str]:
     """A whole text cut into segments as a stream of it would be (the HTTP
     API's input, read by the front-end: a code fence alone is a segment)."""
-    segmenter = Segmenter("auto", max_chars=max_chars, input_format=input_format)
+    segmenter = Segmenter(
+        "auto", max_chars=max_chars, input_format=input_format, markup_tags=markup_tags
+    )
     pieces = segmenter.push(text) + segmenter.flush()
     return [p.strip() for p in pieces if p.strip()]
 

@@ -55,10 +55,11 @@ from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from gateway.text.frontend import InputFormat, hold_back
+from gateway.text.frontend.markdown import REF_DEF_START
+from gateway.text.frontend.ssml import MAX_TAG
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
-    "EMOTION_TAGS",
     "GRANULARITIES",
     "Candidate",
     "CandidateKind",
@@ -104,7 +105,8 @@ _CLUSTER_SSML: Final = re.compile(r"<break\b[^<>]*>|" + _CLUSTER.pattern, re.IGN
 _CLUSTERS: Final = {"markdown": _CLUSTER_MD, "ssml": _CLUSTER_SSML}
 # A Markdown line that is a block of its own, and the start of one.
 _BLOCK_LINE: Final = re.compile(
-    r" {0,3}(?:#{1,6}(?:\s|$)|[-*+]\s|\d{1,9}[.)]\s|>|\||```|~~~|[-*_=]{3,}\s*$)"
+    r" {0,3}(?:#{1,6}(?:\s|$)|[-*+]\s|\d{1,9}[.)]\s|>|\||```|~~~|[-*_=]{3,}\s*$"
+    r"|\[[^\]\n]{1,200}\]:)"
 )
 _BLOCK_LOOKAHEAD: Final = 12
 _SPEAKABLE: Final = re.compile(r"[^\W_]")  # a letter or a digit, any script
@@ -140,25 +142,20 @@ _PHRASE_STARTERS: Final = _word_set(
     " since until unless whereas if then that before after"
 )
 
-# Emotion tags of expressive speech models (Orpheus: ``<laugh>``, ...): kept
-# whole, never cut from the words before them.
-EMOTION_TAGS: Final = (
-    "<laugh>",
-    "<chuckle>",
-    "<sigh>",
-    "<cough>",
-    "<sniffle>",
-    "<groan>",
-    "<yawn>",
-    "<gasp>",
-)
-_TAG: Final = re.compile("|".join(re.escape(tag) for tag in EMOTION_TAGS))
-_TAG_MAX: Final = max(len(tag) for tag in EMOTION_TAGS)
 
+class _MarkupTags:
+    """The engine's own inline tags (``Capabilities.markup_tags``: Orpheus'
+    ``<laugh>``, ...): kept whole, never cut from the words before them, not
+    counted as words.  Text to every other engine."""
 
-def _may_be_tag(word: str) -> bool:
-    """``word`` starts with an emotion tag, or with the beginning of one."""
-    return any(tag.startswith(word[: len(tag)]) for tag in EMOTION_TAGS)
+    def __init__(self, tags: tuple[str, ...]) -> None:
+        self.tags = tags
+        self.pattern = re.compile("|".join(re.escape(tag) for tag in tags) or r"(?!)")
+        self.longest = max(map(len, tags), default=0)
+
+    def may_begin(self, word: str) -> bool:
+        """``word`` starts with a tag, or with the beginning of one."""
+        return any(tag.startswith(word[: len(tag)]) for tag in self.tags)
 
 
 _CUT: Final = 0
@@ -248,10 +245,36 @@ def _unless_held(cut: int, hold: int) -> int | None:
     return cut if cut <= hold else None
 
 
-def _in_table_row(text: str, i: int) -> bool:
-    """Whether ``text[i]`` is on a Markdown table row (a line starting ``|``)."""
+def _in_one_piece_line(text: str, i: int) -> bool:
+    """Whether ``text[i]`` is on a Markdown table row (a line starting ``|``)
+    or a link reference definition: lines read as one piece."""
     line = text.rfind("\n", 0, i) + 1
-    return text[line : line + 4].lstrip(" ")[:1] == "|"
+    return (
+        text[line : line + 4].lstrip(" ")[:1] == "|" or REF_DEF_START.match(text, line) is not None
+    )
+
+
+_ENTITY_MAX: Final = 10  # ``&#x10FFFF;``
+
+
+def _ssml_open_at(body: str, cap: int) -> int | None:
+    """SSML: where the tag or character reference that a cut at ``cap`` would
+    split begins, or None when a cut there splits neither."""
+    start: int | None = None
+    lt = body.rfind("<", 0, cap)
+    if lt >= 0 and body.find(">", lt, cap) < 0:
+        start = lt
+    amp = body.rfind("&", max(0, cap - _ENTITY_MAX), cap)
+    if amp >= 0 and body.find(";", amp, cap) < 0 and not body[amp + 1 : amp + 2].isspace():
+        start = amp if start is None else min(start, amp)
+    return start
+
+
+def _ssml_markup_end(body: str) -> int | None:
+    """SSML: the end of the tag or reference that starts ``body``, or None
+    while it has not ended (within :data:`MAX_TAG` characters)."""
+    end = body.find(">" if body[0] == "<" else ";", 0, MAX_TAG if body[0] == "<" else _ENTITY_MAX)
+    return None if end < 0 else end + 1
 
 
 def _token_before(text: str, s: int) -> str:
@@ -275,9 +298,12 @@ class Segmenter:
         *,
         max_chars: int = DEFAULT_MAX_CHARS,
         input_format: InputFormat | None = None,
+        markup_tags: tuple[str, ...] = (),
     ) -> None:
         """``input_format`` (``markdown``, ``ssml``, ``plain``): cuts keep
-        that format's constructs whole; None (the default) is ``plain``."""
+        that format's constructs whole; None (the default) is ``plain``.
+        ``markup_tags``: the engine's own inline tags (its capabilities'
+        ``markup_tags``), each kept whole with the words before it."""
         if granularity not in GRANULARITIES:
             raise ValueError(
                 f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}"
@@ -288,8 +314,10 @@ class Segmenter:
         self._max = max_chars
         self._format: InputFormat = input_format or "plain"
         self._cluster = _CLUSTERS.get(self._format, _CLUSTER)
+        self._tags = _MarkupTags(tuple(markup_tags))
         self._buf = ""
         self._emitted = False  # a segment of the current utterance has left
+        self._cap_memo: tuple[str, int] | None = None  # (text up to the cap, its cut)
 
     # --- public API -------------------------------------------------------------
 
@@ -300,6 +328,10 @@ class Segmenter:
     @property
     def input_format(self) -> InputFormat:
         return self._format
+
+    @property
+    def markup_tags(self) -> tuple[str, ...]:
+        return self._tags.tags
 
     @property
     def buffered(self) -> str:
@@ -366,7 +398,7 @@ class Segmenter:
                 continue  # punctuation that is no boundary here (``Dr.``, ``e.g.,``)
             if self._cut_ok(body, i, final=False) != _CUT:
                 continue
-            if self._format == "markdown" and _in_table_row(body, i):
+            if self._format == "markdown" and _in_one_piece_line(body, i):
                 continue
             kind = self._word_kind(body, i)
             if kind is not None:
@@ -399,6 +431,7 @@ class Segmenter:
         if self._buf.strip():
             pieces.append(self._buf)
         self._buf = hold
+        self._cap_memo = None  # decided at the end of the text: not for a later one
         segments = self._merge_unspeakable(pieces)
         if segments:
             self._emitted = True
@@ -448,11 +481,11 @@ class Segmenter:
             self._buf = buf[end:]
             self._emitted = True
 
-    @staticmethod
-    def _words(body: str, end: int) -> int:
-        """Spoken words before ``end`` (an emotion tag is not one)."""
+    def _words(self, body: str, end: int) -> int:
+        """Spoken words before ``end`` (an engine tag is not one)."""
+        tag = self._tags.pattern
         return sum(
-            1 for word in body[:end].split() if is_speakable(word) and not _TAG.fullmatch(word)
+            1 for word in body[:end].split() if is_speakable(word) and not tag.fullmatch(word)
         )
 
     def _word_kind(self, body: str, i: int) -> CandidateKind | None:
@@ -474,8 +507,13 @@ class Segmenter:
         if before[-1:].isdigit() and after[:1].isdigit():
             return None  # 3 000, 12 34: possibly one number
         complete = k < len(body)
-        if after[:1] == "<" and (_TAG.match(after) or (not complete and _may_be_tag(after))):
-            return None  # an emotion tag (or what may become one) stays with its words
+        tags = self._tags
+        if (
+            after[:1] == "<"
+            and tags.tags
+            and (tags.pattern.match(after) or (not complete and tags.may_begin(after)))
+        ):
+            return None  # an engine tag (or what may become one) stays with its words
         if complete and after.lower().lstrip(_OPENERS) in _PHRASE_STARTERS:
             return "phrase"
         return "word"
@@ -533,9 +571,21 @@ class Segmenter:
                 return _unless_held(pending, hold)
             return None
         if n > cap:
-            cut = self._cap_cut(body, final=final)
+            cut = self._cached_cap_cut(body, final=final)
             return None if cut is None else _unless_held(cut, hold)
         return None
+
+    def _cached_cap_cut(self, body: str, *, final: bool) -> int | None:
+        """:meth:`_cap_cut`, decided once: a decided cut depends only on the
+        text before it and a bounded look-ahead, which later text does not
+        change, so while it waits for a construct to close (``hold``) each
+        push does not search again."""
+        key = body[: self._max + 1]
+        if self._cap_memo is not None and self._cap_memo[0] == key:
+            return self._cap_memo[1]
+        cut = self._cap_cut(body, final=final)
+        self._cap_memo = None if cut is None else (key, cut)
+        return cut
 
     def _newline(self, body: str, s: int, *, final: bool) -> int:
         """Markdown: whether the line break ``body[s]`` ends a segment."""
@@ -558,8 +608,8 @@ class Segmenter:
         is_clause = last in _CLAUSE
         if is_clause and not clause_ok:
             return _NO
-        if self._format == "markdown" and _in_table_row(body, s):
-            return _NO  # a table row is read as one piece
+        if self._format == "markdown" and _in_one_piece_line(body, s):
+            return _NO  # a table row or a reference definition is read as one piece
         if self._format == "ssml" and body.rfind("<", 0, s) > body.rfind(">", 0, s):
             return _NO  # inside a tag (an attribute value)
         nxt = self._peek(body, e, final=final)
@@ -648,15 +698,37 @@ class Segmenter:
     def _cap_cut(self, body: str, *, final: bool) -> int | None:
         """A cut at or before the cap, for ``len(body) > max_chars``."""
         cap = self._max
-        for i in range(cap, 0, -1):
+        if self._format == "ssml":
+            markup = _ssml_open_at(body, cap)
+            if markup == 0:
+                # a tag or reference longer than the cap starts the text: the
+                # cut is right after it, once it has ended (a tag that does not
+                # end within MAX_TAG characters is cut by the cap, and refused)
+                end = _ssml_markup_end(body)
+                if end is not None:
+                    return end
+                if not final and len(body) <= MAX_TAG:
+                    return None
+            elif markup is not None:
+                cap = markup  # never inside a tag or a character reference
+        i = cap
+        while i > 0:
             if _is_break_space(body[i]):
-                if self._format != "plain" and hold_back(body[:i], self._format) < i:
-                    continue  # inside a link, code span, emphasis or tag: earlier
+                held = hold_back(body[:i], self._format) if self._format != "plain" else i
+                if held < i:
+                    # inside a link, code span, emphasis or tag that begins at
+                    # ``held``: so is every place after it, go before it (one
+                    # scan per open construct, not per space)
+                    i = held
+                    continue
                 ok = self._cut_ok(body, i, final=final)
                 if ok == _WAIT:
                     return None
                 if ok == _CUT:
                     return i
+            i -= 1
+        if cap < self._max:
+            return cap  # no whitespace before the tag or reference: before it
         # No whitespace: cut at the cap, keeping graphemes whole.
         if self._peek(body, cap, final=final) is None:
             return None
@@ -667,10 +739,11 @@ class Segmenter:
             lt = body.rfind("<", 0, i)
             if lt > 0 and lt > body.rfind(">", 0, i):
                 return lt  # never inside a tag: before it
-        start = body.rfind("<", max(0, i - _TAG_MAX + 1), i)
-        if start > 0:  # never inside an emotion tag: before it
-            tag = _TAG.match(body, start)
-            if tag is None and not final and any(t.startswith(body[start:]) for t in EMOTION_TAGS):
+        tags = self._tags
+        start = body.rfind("<", max(0, i - tags.longest + 1), i) if tags.tags else -1
+        if start > 0:  # never inside an engine tag: before it
+            tag = tags.pattern.match(body, start)
+            if tag is None and not final and any(t.startswith(body[start:]) for t in tags.tags):
                 return None  # it may still become one
             if tag is not None and tag.end() > i:
                 i = start

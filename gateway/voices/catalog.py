@@ -43,8 +43,14 @@ def alias_targets(engine: Engine, settings: Settings) -> dict[str, VoiceInfo | N
     return out
 
 
+#: the name of the engine's default voice when no voice is called that
+#: (vllm-omni 0.30's placeholder, as in ``{"voice": "default"}``)
+DEFAULT_VOICE_NAME = "default"
+
+
 def reserved_names(engine: Engine, settings: Settings) -> list[str]:
-    return [v.name for v in engine.voices() if not v.uploaded] + list(settings.alias_table)
+    builtin = [v.name for v in engine.voices() if not v.uploaded]
+    return [*builtin, *settings.alias_table, DEFAULT_VOICE_NAME]
 
 
 def can_clone(engine: Engine) -> bool:
@@ -54,6 +60,21 @@ def can_clone(engine: Engine) -> bool:
 def uploaded_entry(voice: StoredVoice, engine: Engine) -> dict[str, Any]:
     """An uploaded voice as listed and as answered to an upload."""
     return {**voice.public(), "type": "uploaded", "speakable": can_clone(engine)}
+
+
+def omni_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An ``uploaded_entry`` with vllm-omni 0.30's field names added:
+    ``mime_type``, ``file_size``, ``embedding_source``, ``embedding_dim``,
+    ``speaker_description``.  The listing's ``uploaded_voices`` and the HTTP
+    upload's ``voice``."""
+    return {
+        **entry,
+        "mime_type": entry["media_type"],
+        "file_size": entry["size_bytes"],
+        "embedding_source": "audio",  # the gateway stores reference audio only
+        "embedding_dim": None,
+        "speaker_description": entry["description"],
+    }
 
 
 async def voice_listing(engine: Engine, settings: Settings, store: VoiceStore) -> dict[str, Any]:
@@ -90,7 +111,7 @@ async def voice_listing(engine: Engine, settings: Settings, store: VoiceStore) -
         + [a["name"] for a in aliases]
         + [v["name"] for v in uploaded if v["speakable"]],
         "data": builtin + aliases + uploaded,
-        "uploaded_voices": uploaded,
+        "uploaded_voices": [omni_entry(v) for v in uploaded],
     }
 
 
@@ -224,6 +245,8 @@ async def find_speakable_voice(
                 param="voice",
             )
         return target
+    if key == DEFAULT_VOICE_NAME:
+        return engine.default_voice()
     uploaded = await asyncio.to_thread(store.get, name)
     if uploaded is not None:
         if not can_clone(engine):

@@ -51,6 +51,8 @@ const CONFIG_ERRORS = new Set(["invalid_config", "unknown_voice", "unsupported_o
 // close, a policy refusal (bad key, Origin, rejected first config), and the
 // server's config and idle timeouts (the app was quiet; connect again on demand).
 const NO_RECONNECT = new Set([1000, 1008, 4001, 4002]);
+// What the server still reads after `session.close` (protocol 2.0.0).
+const WHILE_CLOSING = new Set(["cancel", "playback", "ping"]);
 
 /** Backoff delay before reconnect attempt `attempt` (0-based), with jitter. */
 export function backoffDelay(attempt, { initialMs = 250, maxMs = 8000, factor = 2 } = {}, random = Math.random) {
@@ -123,6 +125,7 @@ export class TtsClient {
       return this._opening ?? Promise.resolve(this.session);
     }
     this._userClosed = false;
+    this._finishing = false;
     this._attempt = 0;
     this._setState("connecting");
     this._opening = this._open();
@@ -191,7 +194,9 @@ export class TtsClient {
       (created || this.state === "reconnecting") &&
       !NO_RECONNECT.has(event.code) &&
       this._attempt < this.maxAttempts;
-    this.emit("close", { code: event.code, reason: event.reason, willReconnect: again });
+    // finished: the server closed after speaking what was flushed (close({finish: true}))
+    const finished = Boolean(this._finishing) && event.code === 1000;
+    this.emit("close", { code: event.code, reason: event.reason, willReconnect: again, finished });
     this._resetSessionState();
     if (again) this._scheduleReconnect();
     else this._setState("closed");
@@ -229,9 +234,15 @@ export class TtsClient {
     this._keepAlive = null;
   }
 
-  /** End the session cleanly: `session.close`, then wait for the server's
-   * close (in-progress work is reported as cancelled first). */
-  close({ timeoutMs = 2000 } = {}) {
+  /** End the session.  By default stop now: `cancel` of every context, then
+   * `session.close`, then wait for the server's close (the cancelled work is
+   * reported first).  `finish: true` ends it politely (protocol 2.0.0): only
+   * `session.close`, so the server speaks what was flushed (`done`, `flush`)
+   * before it closes; audio and `session.done` keep arriving meanwhile, and
+   * `cancel`, `playback` and `ping` still work (a `stop()` of the player
+   * cancels).  Resolves when the connection is closed, or after `timeoutMs`
+   * (then the socket is closed here). */
+  close({ finish = false, timeoutMs = finish ? 30000 : 2000 } = {}) {
     this._userClosed = true;
     clearTimeout(this._reconnectTimer);
     const ws = this.ws;
@@ -239,6 +250,9 @@ export class TtsClient {
       this._setState("closed");
       return Promise.resolve();
     }
+    const open = ws.readyState === 1;
+    if (open && !finish) this._send({ type: "cancel", context_id: "*" });
+    this._finishing = finish;
     this._setState("closing");
     return new Promise((resolve) => {
       const done = () => {
@@ -253,7 +267,7 @@ export class TtsClient {
         off();
         done();
       });
-      if (ws.readyState === 1) ws.send(JSON.stringify({ type: "session.close" }));
+      if (open) ws.send(JSON.stringify({ type: "session.close" }));
       else ws.close(1000);
     });
   }
@@ -261,7 +275,9 @@ export class TtsClient {
   // ---- sending ------------------------------------------------------------
 
   _send(message) {
-    if (this.state !== "open" || this.ws?.readyState !== 1) return false;
+    // while closing politely (close({finish: true})) the server still reads these
+    const finishing = this.state === "closing" && this._finishing && WHILE_CLOSING.has(message.type);
+    if ((this.state !== "open" && !finishing) || this.ws?.readyState !== 1) return false;
     this.ws.send(JSON.stringify(message));
     this.emit("sent", message);
     return true;

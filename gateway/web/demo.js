@@ -240,7 +240,17 @@ client.on("alignment", (m) => {
   words.get(id).push(...m.words);
   if (id === shown) renderTranscript(id);
 });
-client.on("close", () => words.clear());
+// A new session numbers its utterances from 0 again: forget the words.  After
+// a polite close (`finished`) the queued audio still plays and lights them up;
+// they go when the next session starts.
+let clearWordsOnConnect = false;
+client.on("close", ({ finished }) => (finished ? (clearWordsOnConnect = true) : words.clear()));
+client.on("state", (state) => {
+  if (state === "connecting" && clearWordsOnConnect) {
+    clearWordsOnConnect = false;
+    words.clear();
+  }
+});
 
 function renderTranscript(id) {
   shown = id;
@@ -261,7 +271,7 @@ function highlight(stats) {
   if (id !== shown && words.has(id)) renderTranscript(id);
   if (id !== shown) return;
   const ms = (head.offset * 1000) / player.sampleRate;
-  const list = words.get(id);
+  const list = words.get(id) ?? [];
   let spoken = 0;
   while (spoken < list.length && list[spoken].start_ms <= ms) spoken++;
   const audible = stats.playing || stats.buffered > 0;

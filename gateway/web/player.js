@@ -7,6 +7,7 @@
 //   await client.configure(lowLatencyConfig({ sampleRate: player.sampleRate }));
 //   ...
 //   await player.stop();                    // barge-in: silence now, then cancel
+//   await client.close({ finish: true });   // the rest plays out, then the close
 import { encodeWav } from "./frames.js";
 import { contextKey } from "./jitter.js";
 
@@ -80,8 +81,13 @@ export class Player {
       }),
       client.on("audio.cancelled", (m) => this.cancelling.delete(contextKey(m.context_id))),
       client.on("context.reset", ({ contextId }) => this._forget(contextKey(contextId))),
-      // A reconnect is a new session: its contexts count from 0.
-      client.on("close", () => this.reset()),
+      // A reconnect is a new session: its contexts count from 0.  After a
+      // polite close (`finished`, protocol 2.0.0) the audio already queued
+      // plays out; it is forgotten when the next session starts.
+      client.on("close", ({ finished }) => (finished ? (this._resetOnConnect = true) : this.reset())),
+      client.on("state", (state) => {
+        if (state === "connecting" && this._resetOnConnect) this.reset();
+      }),
       // input.done makes audio owed before any event arrives
       client.on("sent", (m) => m.type === "input.done" && this._updateOwed()),
     ];
@@ -146,6 +152,7 @@ export class Player {
 
   /** Drop everything and forget positions (a new session). */
   reset() {
+    this._resetOnConnect = false;
     this.cancelling.clear();
     this.reported.clear();
     this._owed = false;

@@ -20,9 +20,17 @@ from gateway import protocol
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import Ticket
 from gateway.http.security import agent_identity, check_websocket
-from gateway.session.core import Action, AnswerVoiceRequest, Close, Session, State
+from gateway.session.core import (
+    Action,
+    AnswerVoiceRequest,
+    Close,
+    CloseWhenDone,
+    Session,
+    State,
+)
+from gateway.session.validation import ignored_fields_message, named_fields
 from gateway.session.voice_requests import VoiceDesk, VoiceRequest
-from gateway.state import GatewayState, RateLimiter
+from gateway.state import DRAIN_POLL_S, GatewayState, RateLimiter
 from gateway.ws.outbound import ConnectionGone, Outbound
 from gateway.ws.pings import SCOPE_KEY as PINGS_KEY
 from gateway.ws.pings import PingWatch
@@ -136,10 +144,17 @@ class Connection:
             MAX_WAITING_VOICE_REQUESTS
         )
         self._voice_task: asyncio.Task[None] | None = None
+        #: voice requests accepted and not yet answered (queued or being
+        #: answered): a polite close waits for their answers
+        self._unanswered = 0
         #: deliveries of admission decisions still sending (at most one per
         #: waiting utterance: bounded by ``max_contexts``)
         self._slot_deliveries: set[asyncio.Task[None]] = set()
         session.slot_listener = self.slot_decided
+        #: ``session.close`` is being honoured: (the latest moment to close,
+        #: the close code, its reason); the reader closes when the session is
+        #: no longer busy or at that moment (``finishing_close``)
+        self.close_when_done: tuple[float, int, str] | None = None
 
     def slot_decided(self, ticket: Ticket) -> None:
         """The admission gate decided one of the session's waiting tickets:
@@ -160,6 +175,7 @@ class Connection:
         """Hand ``request`` to the answering task; a refusal when too many wait."""
         try:
             self._voice_requests.put_nowait(request)
+            self._unanswered += 1
         except asyncio.QueueFull:
             error = GatewayError(
                 ErrorCode.BUSY,
@@ -181,6 +197,7 @@ class Connection:
                     await self._answer(request)
                 finally:
                     self._voice_requests.task_done()
+                    self._unanswered -= 1
         except ConnectionGone:
             return
         finally:
@@ -191,6 +208,7 @@ class Connection:
             while not self._voice_requests.empty():
                 self._voice_requests.get_nowait()
                 self._voice_requests.task_done()
+                self._unanswered -= 1
 
     async def _answer(self, request: VoiceRequest) -> None:
         try:
@@ -221,6 +239,10 @@ class Connection:
                 case Close(code=code, reason=reason):
                     await self.close(code, reason)
                     return False
+                case CloseWhenDone(code=code, reason=reason):
+                    if self.close_when_done is None:
+                        deadline = time.monotonic() + self.session.settings.drain_timeout_s
+                        self.close_when_done = (deadline, code, reason)
                 case AnswerVoiceRequest(request=request):
                     if not await self.perform(self._queue_voice_request(request)):
                         return False
@@ -244,6 +266,19 @@ class Connection:
 
     async def begin_drain(self) -> None:
         await self.perform(self.session.begin_drain())
+
+    async def finishing_close(self) -> bool:
+        """After ``session.close``: close (1000) once nothing is left to speak
+        and every voice request is answered, or at ``drain_timeout_s``, when
+        ``close`` cancels and reports the rest.  True while the session goes
+        on finishing."""
+        if self.close_when_done is None:
+            return False
+        deadline, code, reason = self.close_when_done
+        if (self.busy() or self._unanswered) and time.monotonic() < deadline:
+            return True
+        await self.close(code, reason)
+        return False
 
     async def close(self, code: int, reason: str) -> None:
         """Cancel everything (reporting what was not spoken), then close."""
@@ -275,11 +310,19 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
             timeout = settings.config_timeout_s
         else:
             timeout = max(0.0, active_at + settings.idle_timeout_s - time.monotonic())
+        if conn.close_when_done is not None:
+            # session.close: still reading (cancel, playback) while the
+            # committed text is spoken; drain_timeout_s bounds it, not idleness
+            if not await conn.finishing_close():
+                return
+            timeout = DRAIN_POLL_S
         try:
             # asyncio.timeout: wait_for (3.11) can swallow a cancel of this task
             async with asyncio.timeout(timeout):
                 frame = await websocket.receive()
         except TimeoutError:
+            if conn.close_when_done is not None:
+                continue
             if not first:
                 if pings is not None and pings.last is not None and pings.last > active_at:
                     active_at = pings.last  # a ping frame: the client is there
@@ -327,13 +370,40 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
                 return
             continue
         try:
-            message = protocol.decode_client(text)
+            message, ignored = await _decode(text)
         except GatewayError as error:
             if not await conn.perform(session.report_error(error)):
                 return
             continue
+        if ignored:  # named, never fatal: vllm-omni's models ignore them too
+            warning = protocol.WarningEvent(
+                code="unknown_fields",
+                message=ignored_fields_message(ignored),
+                fields=named_fields(ignored),
+            )
+            if not await conn.perform([warning]):
+                return
         if not await conn.receive(message):
             return
+
+
+#: a message longer than this (characters) is decoded off the event loop (a
+#: ``session.config`` may carry megabytes of reference audio)
+DECODE_IN_THREAD_CHARS = 64 * 1024
+
+
+async def _decode(text: str) -> tuple[protocol.ClientMessage, list[str]]:
+    """The message, and a ``session.config``'s unknown fields (ignored)."""
+    if len(text) <= DECODE_IN_THREAD_CHARS:
+        return _decode_now(text)
+    return await asyncio.to_thread(_decode_now, text)
+
+
+def _decode_now(text: str) -> tuple[protocol.ClientMessage, list[str]]:
+    message = protocol.decode_client(text)
+    if isinstance(message, protocol.SessionConfig):
+        return message, protocol.unknown_config_fields(text)
+    return message, []
 
 
 async def _fail(conn: Connection) -> None:

@@ -1,4 +1,6 @@
-"""POST /v1/audio/speech/batch: shared defaults, per-item overrides, mixed results."""
+"""POST /v1/audio/speech/batch/gateway (the gateway's own answer): shared
+defaults, per-item overrides, mixed results.  The same batch in vllm-omni
+0.30's answer (``/v1/audio/speech/batch``) is tests/http/test_http_vllm_omni.py."""
 
 from __future__ import annotations
 
@@ -36,7 +38,9 @@ def test_batch_mixed_items(piper_server: RunningServer) -> None:
             {"input": "Uses the alias table.", "instructions": "loudly"},
         ],
     }
-    response = httpx.post(piper_server.http + "/v1/audio/speech/batch", json=body, timeout=120)
+    response = httpx.post(
+        piper_server.http + "/v1/audio/speech/batch/gateway", json=body, timeout=120
+    )
     assert response.status_code == 200, response.text
     doc = response.json()
     results = doc["data"]
@@ -61,8 +65,13 @@ def test_batch_mixed_items(piper_server: RunningServer) -> None:
 
 
 def test_batch_limits(server_factory: Callable[..., RunningServer]) -> None:
+    """Both batch routes refuse a whole batch alike."""
     server = server_factory(max_batch_items=2, max_batch_chars=30)
-    url = server.http + "/v1/audio/speech/batch"
+    for route in ("/v1/audio/speech/batch", "/v1/audio/speech/batch/gateway"):
+        _check_limits(server.http + route)
+
+
+def _check_limits(url: str) -> None:
     many = {"voice": "joe", "items": [{"input": "a"}] * 3}
     response = httpx.post(url, json=many, timeout=30)
     assert response.status_code == 400 and response.json()["error"]["param"] == "items"
@@ -107,7 +116,7 @@ def test_batch_keeps_instructions_language_and_clone_fields() -> None:
         )
         assert single.status_code == 200, single.text
         batch = httpx.post(
-            server.http + "/v1/audio/speech/batch",
+            server.http + "/v1/audio/speech/batch/gateway",
             json={"voice": "tone", "response_format": "wav", "items": [item]},
             timeout=60,
         )

@@ -50,7 +50,7 @@ def engine_audio_ms(server: RunningServer, text: str) -> float:
         },
         timeout=60,
     )
-    events = [json.loads(line[6:]) for line in response.text.splitlines() if line]
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line[:5] == "data:"]
     done = events[-1]
     assert done["type"] == "speech.audio.done"
     return float(done["audio_ms"])
@@ -191,7 +191,10 @@ def test_sse_events(piper_server: RunningServer) -> None:
     ) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         assert response.headers["x-sample-rate"] == "24000"
-        events = [json.loads(line[6:]) for line in response.iter_lines() if line]
+        lines = list(response.iter_lines())
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+    # vllm-omni 0.30's form: an event line names each data line's type
+    assert [line[7:] for line in lines if line.startswith("event: ")] == [e["type"] for e in events]
     kinds = [e["type"] for e in events]
     assert kinds[-1] == "speech.audio.done" and set(kinds[:-1]) == {"speech.audio.delta"}
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
@@ -200,10 +203,21 @@ def test_sse_events(piper_server: RunningServer) -> None:
     assert usage["input_tokens"] == len(TEXT)
 
 
-def test_stream_true_is_a_streamed_body(piper_server: RunningServer) -> None:
+def test_stream_true_with_stream_format_audio_is_a_streamed_body(
+    piper_server: RunningServer,
+) -> None:
+    """vllm-omni 0.30's raw stream (its benchmark's request): ``stream: true``
+    with ``stream_format: "audio"``; ``stream: true`` alone is SSE
+    (tests/http/test_http_vllm_omni.py)."""
     response = httpx.post(
         piper_server.http + "/v1/audio/speech",
-        json={"voice": "joe", "input": TEXT, "response_format": "wav", "stream": True},
+        json={
+            "voice": "joe",
+            "input": TEXT,
+            "response_format": "wav",
+            "stream": True,
+            "stream_format": "audio",
+        },
         timeout=60,
     )
     assert response.status_code == 200
@@ -226,8 +240,8 @@ def test_stream_true_is_a_streamed_body(piper_server: RunningServer) -> None:
         ({"input": ""}, 400, "invalid_message", "input"),
         ({"input": "Hello\x00 world."}, 400, "invalid_message", "input"),
         ({"input": "?!"}, 400, "invalid_message", "input"),
-        ({"input": "x" * 20001}, 400, "text_too_long", "input"),
-        ({"surprise": 1}, 400, "invalid_message", None),
+        ({"input": "x" * 131073}, 400, "text_too_long", "input"),
+        ({"seed": 2**63}, 400, "invalid_config", "seed"),
         ({"task_type": "Base", "ref_audio": "https://a/b.wav"}, 400, "unsupported_option", None),
         ({"ref_text": "Hi."}, 400, "unsupported_option", "ref_text"),
     ],
@@ -282,7 +296,7 @@ def test_a_request_beyond_max_http_streams_waits_and_is_then_served(
     server_factory: Callable[..., RunningServer],
 ) -> None:
     server = server_factory(max_http_streams=1, admission_deadline_s=120.0)
-    body = {"voice": "joe", "input": TEXT, "response_format": "pcm", "stream": True}
+    body = {"voice": "joe", "input": TEXT, "response_format": "pcm", "stream_format": "audio"}
     with httpx.stream(
         "POST",
         server.http + "/v1/audio/speech",

@@ -24,7 +24,7 @@ from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
 from gateway.session.audio_stream import QueuedSegment
 from gateway.session.cancel_report import cancel_report, heard_position
-from gateway.session.core import AnswerVoiceRequest, Close, Session, State
+from gateway.session.core import AnswerVoiceRequest, Close, CloseWhenDone, Session, State
 from gateway.session.utterance import Utterance
 from gateway.session.voice_requests import VoiceDesk
 from gateway.voices.store import VoiceStore
@@ -67,7 +67,6 @@ class Harness:
                 s.max_active_streams,
                 s.admission_queue_length,
                 s.admission_deadline_s,
-                per_holder=s.max_streams_per_session,
             ),
             Metrics().admission("ws"),
         )
@@ -153,10 +152,16 @@ async def test_flush_speaks_what_is_buffered(h: Harness) -> None:
     assert h.handle(protocol.InputFlush()) == []
     await h.out.wait_for(protocol.AudioDone)
     assert h.out.events[0].sentence_text == "no full stop here"  # type: ignore[union-attr]
-    # the utterance is open until input.done, but with its committed text
-    # spoken it holds no stream slot
-    await _slots_become(h, 0)
-    assert h.session.busy()
+    # the utterance is open until input.done; with its committed text spoken
+    # it streams no more, and the session keeps its admission
+    await _speaking_becomes(h.session, False)
+    assert h.session.busy() and h.session.admitted and h.admission.active == 1
+
+
+async def _speaking_becomes(session: Session, speaking: bool) -> None:
+    async with asyncio.timeout(5):
+        while session.speaking() != speaking:
+            await asyncio.sleep(0.01)
 
 
 async def _slots_become(h: Harness, active: int) -> None:
@@ -172,153 +177,200 @@ HELD = protocol.SessionConfig(
 )
 
 
-async def test_uncommitted_text_holds_no_stream_slot(h: Harness) -> None:
+async def test_uncommitted_text_does_not_admit_the_session(h: Harness) -> None:
     h.handle(protocol.SessionConfig(split_granularity="none"))
     for cid in "abcdefgh":
         assert h.handle(protocol.InputText(text="hold ", context_id=cid)) == []
-    assert h.session.busy() and h.admission.active == 0
-    # committing takes a slot; the committed text is spoken, then the
-    # still open utterance gives it back
+    assert h.session.busy() and h.admission.active == 0 and not h.session.admitted
+    # the first commit admits the session; the committed text is spoken and
+    # the session keeps its admission while it lives
     assert h.handle(protocol.InputFlush(context_id="a")) == []
+    assert h.admission.active == 1 and h.session.admitted
+    await _speaking_becomes(h.session, False)
     assert h.admission.active == 1
-    await _slots_become(h, 0)
+    await h.session.shutdown()
+    assert h.admission.active == 0
 
 
-async def test_a_session_holds_at_most_its_share_of_slots() -> None:
+def _listening(h: Harness, session: Session) -> list[list[Any]]:
+    """Deliver ``session``'s admission decisions (as the endpoint does)."""
+    decided: list[list[Any]] = []
+    session.slot_listener = lambda ticket: decided.append(session.slot_event(ticket))
+    return decided
+
+
+def _started(out: RecordingSender, cid: str | None) -> bool:
+    return any(isinstance(e, protocol.AudioStart) and e.context_id == cid for e in out.events)
+
+
+async def test_a_session_share_delays_its_third_context_never_refuses() -> None:
     h = Harness(max_streams_per_session=2)
     other = Session(h.engine, h.settings, Metrics(), h.admission, RecordingSender())
     try:
         h.handle(HELD)
+        h.handle(protocol.SessionConfig(framing="tagged"))  # a stream per context
         for cid in "ab":
             h.handle(protocol.InputText(text="Speak now please.", context_id=cid))
             h.handle(protocol.InputFlush(context_id=cid))
-        assert h.admission.active == 2
-        error = _error(h.handle(protocol.InputText(text="Third one.", context_id="c")))
-        assert error.code == ErrorCode.BUSY and "max_streams_per_session" in error.message
-        # uncommitted text for a third context is refused too: it could not commit
-        error = _error(h.handle(protocol.InputText(text="hold", context_id="c")))
-        assert error.code == ErrorCode.BUSY
-        # another session still gets a slot
-        assert other.handle(protocol.InputText(text="Another session.")) == []
-        assert other.handle(protocol.InputFlush()) == []
-        assert h.admission.active == 3
-        # a cancel gives the slot back at once
-        h.handle(protocol.Cancel(context_id="a"))
-        await _slots_become(h, 2)
+        assert h.admission.active == 1  # one admitted session, two streams
+        # a third context is accepted and waits for one of the session's own
         assert h.handle(protocol.InputText(text="Third one.", context_id="c")) == []
         assert h.handle(protocol.InputFlush(context_id="c")) == []
-        assert h.admission.active == 3
+        await asyncio.sleep(0.05)
+        assert not _started(h.out, "c")
+        # another session is admitted beside it
+        assert other.handle(protocol.InputText(text="Another session.")) == []
+        assert other.handle(protocol.InputFlush()) == []
+        assert h.admission.active == 2
+        # a cancel frees the session's share: the third context streams
+        h.handle(protocol.Cancel(context_id="a"))
+        async with asyncio.timeout(5):
+            while not _started(h.out, "c"):
+                await asyncio.sleep(0.01)
+        assert not any(
+            isinstance(e, protocol.Error) and e.code == ErrorCode.BUSY for e in h.out.events
+        )
     finally:
         await other.shutdown()
         await h.session.shutdown()
     assert h.admission.active == 0
 
 
-async def test_flush_without_a_free_slot_is_refused_and_keeps_the_text() -> None:
-    """With no admission queue (``admission_queue_length = 0``) a commit
-    that finds every slot taken is refused at once."""
-    h = Harness(max_active_streams=1, admission_queue_length=0)
+async def test_an_admitted_session_is_never_refused_while_the_door_is_closed() -> None:
+    """One slot: the admitted session speaks reply after reply, on several
+    contexts, while another session waits at the door; none of its text is
+    refused, and the waiting session is served once the first one ends."""
+    h = Harness(max_active_streams=1, admission_deadline_s=30)
+    other_out = RecordingSender()
+    other = Session(h.engine, h.settings, Metrics(), h.admission, other_out)
+    _listening(h, h.session)
+    other_decided = _listening(h, other)
     try:
-        h.handle(HELD)
-        h.handle(protocol.InputText(text="waiting words", context_id="b"))  # holds none
-        h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
-        h.handle(protocol.InputFlush(context_id="a"))
-        assert h.admission.active == 1
-        for message in (protocol.InputFlush(context_id="b"), protocol.InputDone(context_id="b")):
-            error = _error(h.handle(message))
-            assert error.code == ErrorCode.BUSY and "stays buffered" in error.message
-        h.handle(protocol.Cancel(context_id="a"))
-        await _slots_become(h, 0)
-        h.handle(protocol.InputDone(context_id="b"))  # now it commits
-        async with asyncio.timeout(5):
-            while not any(
-                isinstance(e, protocol.AudioStart) and e.context_id == "b" for e in h.out.events
-            ):
-                await asyncio.sleep(0.01)
-        spoken = [e for e in h.out.events if isinstance(e, protocol.AudioStart)]
-        assert spoken[-1].sentence_text == "waiting words"
+        h.handle(CONFIG)
+        other.handle(CONFIG)
+        h.handle(protocol.InputText(text="First reply."))
+        h.handle(protocol.InputFlush())
+        assert h.session.admitted
+        other.handle(protocol.InputText(text="Let me in."))
+        other.handle(protocol.InputDone())
+        assert h.admission.queue.depth == 1 and not other.admitted
+        for i in range(4):
+            cid = "ab"[i % 2]
+            await _speaking_becomes(h.session, False)
+            assert h.handle(protocol.InputText(text=f"Reply {i}.", context_id=cid)) == []
+            assert h.handle(protocol.InputDone(context_id=cid)) == []
+        await h.out.wait_for(protocol.SessionDone, 4)
+        assert not any(isinstance(e, protocol.Error) for e in h.out.events)
+        assert not other_out.events  # still waiting, nothing spoken
+        await h.session.shutdown()  # the session ends: its admission goes to the next
+        await other_out.wait_for(protocol.SessionDone)
+        assert other.admitted and other_decided == [[]]
+        done = [e for e in other_out.events if isinstance(e, protocol.SessionDone)][-1]
+        assert not done.cancelled and done.metrics is not None
+        assert done.metrics.admission_wait_ms > 0
     finally:
-        await h.session.shutdown()
-    assert h.admission.active == 0
-
-
-async def test_a_commit_without_a_free_slot_waits_and_is_spoken_on_the_grant() -> None:
-    """Committed, waiting for a slot: a state of the core.  More text is
-    accepted meanwhile; the grant (an event) hands the segments to the stream,
-    and the wait is part of the utterance's first-audio time."""
-    h = Harness(max_active_streams=1)
-    decided: list[object] = []
-    h.session.slot_listener = lambda ticket: decided.append(h.session.slot_event(ticket))
-    try:
-        h.handle(HELD)
-        h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
-        h.handle(protocol.InputFlush(context_id="a"))
-        h.handle(protocol.SessionConfig(flow_control="none"))  # b is not held by its listener
-        assert h.handle(protocol.InputText(text="Waits its turn.", context_id="b")) == []
-        assert h.handle(protocol.InputText(text=" And more.", context_id="b")) == []
-        assert h.handle(protocol.InputDone(context_id="b")) == []  # no session.done yet
-        assert h.admission.active == 1 and h.admission.queue.depth == 1
-        assert h.session.busy() and h.session.producing()
-        await asyncio.sleep(0.05)
-        assert not any(
-            isinstance(e, protocol.AudioStart) and e.context_id == "b" for e in h.out.events
-        )
-        h.handle(protocol.Cancel(context_id="a"))  # frees the slot: b is granted
-        await h.out.wait_for(protocol.SessionDone, 2)
-        assert decided == [[]]  # the grant answered nothing itself
-        done = [e for e in h.out.events if isinstance(e, protocol.SessionDone)][-1]
-        assert done.context_id == "b" and not done.cancelled and done.total_sentences == 2
-        assert done.metrics is not None and done.metrics.admission_wait_ms >= 50
-        assert done.metrics.first_audio_ms is not None
-        assert done.metrics.first_audio_ms >= done.metrics.admission_wait_ms
-    finally:
+        await other.shutdown()
         await h.session.shutdown()
     assert h.admission.active == 0 and h.admission.queue.depth == 0
 
 
-async def test_a_commit_that_waits_past_the_deadline_is_busy_and_reported() -> None:
-    h = Harness(max_active_streams=1, admission_deadline_s=0.1)
-    decided: list[list[Any]] = []
-    h.session.slot_listener = lambda ticket: decided.append(h.session.slot_event(ticket))
+async def test_a_commit_at_a_full_door_without_a_queue_is_refused_and_keeps_the_text() -> None:
+    """With no admission queue (``admission_queue_length = 0``) a session
+    that is not admitted and finds the door closed is refused at once; its
+    text stays buffered for a later try."""
+    h = Harness(max_active_streams=1, admission_queue_length=0)
+    other_out = RecordingSender()
+    other = Session(h.engine, h.settings, Metrics(), h.admission, other_out)
     try:
         h.handle(HELD)
+        other.handle(HELD)
+        other.handle(protocol.InputText(text="waiting words"))  # commits nothing
         h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
         h.handle(protocol.InputFlush(context_id="a"))
-        h.handle(protocol.InputText(text="Never gets one.", context_id="b"))
-        h.handle(protocol.InputFlush(context_id="b"))
+        assert h.admission.active == 1
+        # the admitted session commits on another context: never refused
+        assert h.handle(protocol.InputText(text="More of mine.", context_id="b")) == []
+        assert h.handle(protocol.InputFlush(context_id="b")) == []
+        for message in (protocol.InputFlush(), protocol.InputDone()):
+            error = _error(other.handle(message))
+            assert error.code == ErrorCode.BUSY and "stays buffered" in error.message
+            assert error.retry_after_ms is not None
+        await h.session.shutdown()
+        assert h.admission.active == 0
+        other.handle(protocol.SessionConfig(flow_control="none"))
+        other.handle(protocol.InputDone())  # now it commits
         async with asyncio.timeout(5):
-            while not decided:
+            while not _started(other_out, None):
                 await asyncio.sleep(0.01)
-        (actions,) = decided
-        assert _types(actions) == [protocol.Error, protocol.AudioCancelled, protocol.SessionDone]
-        error = actions[0]
-        assert error.code == ErrorCode.BUSY and not error.fatal and error.context_id == "b"
-        assert error.retry_after_ms == 1000 and "within 0.1 s" in error.message
-        assert error.waited_ms is not None and 100 <= error.waited_ms < 1000  # the deadline
-        assert actions[1].unspoken_text == "Never gets one." and actions[1].spoken_text == ""
-        assert actions[2].cancelled
-        assert h.admission.queue.depth == 0 and h.admission.active == 1
-        assert not h.session._has_work(h.session.contexts.get("b"))  # type: ignore[arg-type]
+        spoken = [e for e in other_out.events if isinstance(e, protocol.AudioStart)]
+        assert spoken[-1].sentence_text == "waiting words"
     finally:
+        await other.shutdown()
         await h.session.shutdown()
     assert h.admission.active == 0
 
 
-async def test_a_cancel_of_a_waiting_utterance_leaves_the_queue_and_reports_it() -> None:
-    h = Harness(max_active_streams=1)
+async def test_a_session_that_waits_past_the_deadline_is_busy_before_any_audio() -> None:
+    h = Harness(max_active_streams=1, admission_deadline_s=0.1)
+    other = Session(h.engine, h.settings, Metrics(), h.admission, RecordingSender())
+    decided = _listening(h, other)
     try:
         h.handle(HELD)
+        other.handle(HELD)
         h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
         h.handle(protocol.InputFlush(context_id="a"))
-        h.handle(protocol.InputText(text="Waits. And waits more", context_id="b"))
-        h.handle(protocol.InputFlush(context_id="b"))
+        other.handle(protocol.InputText(text="Never gets one.", context_id="b"))
+        other.handle(protocol.InputFlush(context_id="b"))
+        other.handle(protocol.InputText(text="Nor this.", context_id="c"))
+        other.handle(protocol.InputFlush(context_id="c"))
+        async with asyncio.timeout(5):
+            while not decided:
+                await asyncio.sleep(0.01)
+        (actions,) = decided
+        assert _types(actions) == [
+            protocol.Error,
+            protocol.AudioCancelled,
+            protocol.SessionDone,
+            protocol.Error,
+            protocol.AudioCancelled,
+            protocol.SessionDone,
+        ]
+        error = actions[0]
+        assert error.code == ErrorCode.BUSY and not error.fatal and error.context_id == "b"
+        assert error.retry_after_ms == 1000 and "within 0.1 s" in error.message
+        assert "another server" in error.message
+        assert error.waited_ms is not None and 100 <= error.waited_ms < 1000  # the deadline
+        assert actions[1].unspoken_text == "Never gets one." and actions[1].spoken_text == ""
+        assert actions[2].cancelled and actions[3].context_id == "c"
+        assert h.admission.queue.depth == 0 and h.admission.active == 1
+        assert not other.speaking() and not other.admitted
+        # the admitted session's next commit is still never refused
+        assert h.handle(protocol.InputText(text="Mine.", context_id="z")) == []
+        assert h.handle(protocol.InputFlush(context_id="z")) == []
+    finally:
+        await other.shutdown()
+        await h.session.shutdown()
+    assert h.admission.active == 0
+
+
+async def test_a_cancel_of_a_session_waiting_at_the_door_leaves_the_queue() -> None:
+    h = Harness(max_active_streams=1)
+    other = Session(h.engine, h.settings, Metrics(), h.admission, RecordingSender())
+    try:
+        h.handle(HELD)
+        other.handle(HELD)
+        h.handle(protocol.InputText(text="Takes the slot.", context_id="a"))
+        h.handle(protocol.InputFlush(context_id="a"))
+        other.handle(protocol.InputText(text="Waits. And waits more", context_id="b"))
+        other.handle(protocol.InputFlush(context_id="b"))
         assert h.admission.queue.depth == 1
-        actions = h.handle(protocol.Cancel(context_id="b"))
+        actions = other.handle(protocol.Cancel(context_id="b"))
         assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone]
         assert actions[0].unspoken_text == "Waits. And waits more"
         assert h.admission.queue.depth == 0 and h.admission.active == 1
-        assert not h.session._has_work(h.session.contexts.get("b"))  # type: ignore[arg-type]
+        assert not other._has_work(other.contexts.get("b"))  # type: ignore[arg-type]
     finally:
+        await other.shutdown()
         await h.session.shutdown()
     assert h.admission.active == 0
 
@@ -330,7 +382,7 @@ async def test_done_sends_session_done_after_the_audio(h: Harness) -> None:
     await h.out.wait_for(protocol.SessionDone)
     done = h.out.events[-1]
     assert isinstance(done, protocol.SessionDone) and done.total_sentences == 2
-    assert not done.cancelled and h.admission.active == 0
+    assert not done.cancelled and not h.session.speaking() and h.admission.active == 1
 
 
 async def test_an_empty_utterance_is_done_at_once(h: Harness) -> None:
@@ -376,7 +428,7 @@ async def test_cancel_of_buffered_text_reports_at_once(h: Harness) -> None:
     assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone]
     cancelled = actions[0]
     assert cancelled.unspoken_text == "never spoken" and cancelled.spoken_text == ""
-    assert actions[1].cancelled and h.admission.active == 0
+    assert actions[1].cancelled and not h.session.speaking()
     assert h.handle(protocol.Cancel(context_id="a")) == []  # nothing left to cancel
 
 
@@ -389,7 +441,7 @@ async def test_cancel_of_audio_in_flight_is_reported_by_the_stream(h: Harness) -
     await h.out.wait_for(protocol.SessionDone)
     kinds = [type(e) for e in h.out.events]
     assert kinds[-3:] == [protocol.AudioCancelled, protocol.AudioDone, protocol.SessionDone]
-    assert h.admission.active == 0
+    assert not h.session.speaking() and h.admission.active == 1
 
 
 def _utterance(*sentences: tuple[str, float, float, bool]) -> Utterance:
@@ -516,7 +568,9 @@ async def test_voice_requests_go_to_the_route(h: Harness, tmp_path: Path) -> Non
 
 async def test_ping_close_and_errors(h: Harness) -> None:
     assert h.handle(protocol.Ping(id=7)) == [protocol.Pong(id=7)]
-    assert h.handle(protocol.SessionClose()) == [Close(CloseCode.NORMAL, "session.close")]
+    # protocol 2.0.0: the close waits for what was flushed (none here)
+    assert h.handle(protocol.SessionClose()) == [CloseWhenDone(CloseCode.NORMAL, "session.close")]
+    assert h.handle(protocol.SessionClose()) == []  # the first close decides
     refused = h.session.report_error(
         GatewayError(ErrorCode.UNKNOWN_VOICE, "no"),
         request_id="x",
@@ -535,6 +589,47 @@ async def test_drain_cancels_open_utterances_and_refuses_new_ones(h: Harness) ->
     assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone]
     error = _error(h.handle(protocol.InputText(text="more", context_id="b")))
     assert error.code == ErrorCode.BUSY
+
+
+async def test_close_speaks_what_was_committed_and_reports_the_rest_unspoken(
+    h: Harness,
+) -> None:
+    """session.close (2.0.0): an utterance with input.done is spoken whole;
+    an open one speaks what input.flush committed, then reports the text
+    never flushed as unspoken; no new utterance starts."""
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="Finished one. Finished two.", context_id="done"))
+    h.handle(protocol.InputDone(context_id="done"))
+    h.handle(protocol.InputText(text="flushed part", context_id="open"))
+    h.handle(protocol.InputFlush(context_id="open"))
+    h.handle(protocol.InputText(text=" never flushed", context_id="open"))
+    actions = h.handle(protocol.SessionClose())
+    assert actions == [CloseWhenDone(CloseCode.NORMAL, "session.close")]  # audio in flight
+    assert h.session.busy()
+    refused = _error(h.handle(protocol.InputText(text="too late", context_id="open")))
+    assert refused.code == ErrorCode.INVALID_STATE and not refused.fatal
+    assert "session.close" in refused.message
+    await h.out.wait_for(protocol.SessionDone, 2)
+    done = {e.context_id: e for e in h.out.events if isinstance(e, protocol.SessionDone)}
+    assert not done["done"].cancelled and done["done"].total_sentences == 2
+    assert done["open"].cancelled and done["open"].total_sentences == 1
+    (report,) = [e for e in h.out.events if isinstance(e, protocol.AudioCancelled)]
+    assert report.context_id == "open" and report.position_source == "sent_ms"
+    assert report.spoken_text == "flushed part" and report.unspoken_text == "never flushed"
+    assert report.played_ms == report.sent_ms > 0
+    started = [e.sentence_text for e in h.out.events if isinstance(e, protocol.AudioStart)]
+    assert sorted(started) == ["Finished one.", "Finished two.", "flushed part"]
+    assert not h.session.busy() and not h.session.speaking()
+    assert h.admission.active == 1  # until the session ends (the connection closes)
+
+
+async def test_close_reports_text_never_flushed_at_once(h: Harness) -> None:
+    h.handle(CONFIG)
+    h.handle(protocol.InputText(text="still typing"))
+    actions = h.handle(protocol.SessionClose())
+    assert _types(actions) == [protocol.AudioCancelled, protocol.SessionDone, CloseWhenDone]
+    assert actions[0].unspoken_text == "still typing" and actions[0].spoken_text == ""
+    assert actions[1].cancelled and not h.session.busy()
 
 
 def test_every_client_message_is_dispatched() -> None:
@@ -576,6 +671,22 @@ def test_heard_split_falls_back_to_whitespace_tokens(
     sentence.started = True
     sentence.words = tuple(WordTiming(w, i * 100.0, (i + 1) * 100.0) for i, w in enumerate(words))
     assert utt.heard_split(position, "") == (spoken, unspoken)
+
+
+def test_heard_split_is_a_prefix_a_silent_segment_after_a_half_heard_one_is_unspoken() -> None:
+    """Issue 28: a cancel during Markdown reference definitions reported the
+    silent segments after a half-heard one as spoken, out of order."""
+    utt = Utterance(index=0, config=protocol.EffectiveConfig(**_DEFAULTS))
+    # the words cover the start only: the rest of the text was silent markup
+    heard = utt.add_segment("See this. [r1]: https://e.co/1")
+    heard.started, heard.finished, heard.start_ms, heard.audio_ms = True, True, 0.0, 200.0
+    heard.words = (WordTiming("See", 0.0, 100.0), WordTiming("this.", 100.0, 200.0))
+    silent = utt.add_segment("[r2]: https://e.co/2")
+    silent.started, silent.finished, silent.start_ms, silent.audio_ms = True, True, 200.0, 0.0
+    assert utt.heard_split(999.0, "") == (
+        "See this.",
+        "[r1]: https://e.co/1 [r2]: https://e.co/2",
+    )
 
 
 # --- what the audio stream reports ---------------------------------------------------
@@ -649,7 +760,9 @@ async def test_a_failed_segment_is_an_error_beside_its_audio_done(
     error, done = h.session.segment_finished(item, sent_bytes, sent_bytes // 2, failure)
     assert isinstance(error, protocol.Error) and isinstance(done, protocol.AudioDone)
     assert (error.code, error.message, error.context_id) == (failure.code, failure.message, "c")
-    assert error.action == "sentence_skipped" and error.partial_audio is partial
+    # vllm-omni 0.30's "discard" once part of the sentence's audio went out
+    assert error.action == ("discard" if partial else "sentence_skipped")
+    assert error.partial_audio is partial
     assert not error.fatal and done.error and done.total_bytes == sent_bytes
 
 

@@ -12,6 +12,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.session.config import apply_config, clone_options, default_config
 from gateway.session.validation import (
     MAX_INSTRUCTIONS_CHARS,
+    MAX_NAMED_FIELDS,
     SAMPLE_RATE_MAX,
     SAMPLE_RATE_MIN,
     SPEED_MAX,
@@ -20,9 +21,14 @@ from gateway.session.validation import (
     check_language,
     check_model,
     check_sample_rate,
+    check_seed,
     check_speed,
     check_vllm_fields,
+    ignored_fields_message,
     language_matches,
+    named_fields,
+    references_to_ref_audio,
+    unknown_fields,
 )
 
 VOICE = VoiceInfo(
@@ -118,8 +124,23 @@ def test_instructions_reach_an_engine_that_declares_them() -> None:
         ({"task_type": "CustomVoice", "ref_audio": "", "max_new_tokens": 9}, False, {}, None),
         ({"ref_audio": "data:audio/wav;base64,AAAA"}, False, None, "ref_audio"),
         ({"task_type": "Base"}, False, None, "task_type"),
-        ({"non_streaming_mode": True}, True, None, "non_streaming_mode"),
-        ({"speaker_embedding": [0.1]}, True, None, "speaker_embedding"),
+        # vllm-omni 0.30: tuning a model the gateway does not run: accepted
+        (
+            {"non_streaming_mode": True, "max_new_tokens": 1, "initial_codec_chunk_frames": 0},
+            False,
+            {},
+            None,
+        ),
+        ({"speaker_embedding": [0.1]}, False, None, "speaker_embedding"),
+        ({"speaker_embedding": [0.1, [0.2]]}, True, None, "speaker_embedding"),
+        ({"speaker_embedding": [[0.1], [0.2]]}, True, {"speaker_embedding": [[0.1], [0.2]]}, None),
+        ({"speaker_embedding": []}, False, {}, None),
+        ({"ref_audio": ["https://a/1.wav", "https://a/2.wav"]}, False, None, "ref_audio"),
+        ({"ref_audio_2": "https://a/2.wav"}, True, {"ref_audio_2": "https://a/2.wav"}, None),
+        ({"ambient_sound": "rain on a tin roof"}, True, None, "ambient_sound"),
+        ({"duration_seconds": 2.5}, True, None, "duration_seconds"),
+        ({"extra_params": {"top_k": 5}}, True, None, "extra_params"),
+        ({"extra_params": {}, "ambient_sound": ""}, False, {}, None),
         ({"max_new_tokens": -1}, False, None, "max_new_tokens"),
         ({"ref_text": "x" * 2001}, True, None, "ref_text"),
         (
@@ -169,3 +190,46 @@ def test_languages_match_any_spelling_or_auto() -> None:
     # another region of the language, or another language, is not this voice
     for other in ("en-GB", "de", "e", "eng"):
         assert not language_matches(other, VOICE)
+
+
+def test_ignored_fields_are_named_within_bounds() -> None:
+    """A body of thousands of unknown keys is not echoed back whole."""
+    names = [f"k{i}" for i in range(30)] + ["x" * 500]
+    assert unknown_fields(["voice", *names], {"voice"}) == names
+    named = named_fields(names[-25:])
+    assert len(named) == MAX_NAMED_FIELDS and all(len(n) <= 64 for n in named)
+    message = ignored_fields_message(names)
+    assert "`k0`" in message and "and 11 more" in message and "x" * 65 not in message
+
+
+def test_references_read_as_ref_audio_with_030_rules() -> None:
+    ref = {"audio_path": "https://a/b.wav", "text": "Hi."}
+    assert references_to_ref_audio({"input": "x", "references": [ref]}) == {
+        "input": "x",
+        "ref_audio": "https://a/b.wav",
+        "ref_text": "Hi.",
+    }
+    same = {"references": [ref], "ref_audio": "https://a/b.wav", "ref_text": "Hi."}
+    assert references_to_ref_audio(same)["ref_audio"] == "https://a/b.wav"
+    for bad in (
+        {"references": []},
+        {"references": "https://a/b.wav"},
+        {"references": [ref, ref]},
+        {"references": [{"text": "no audio"}]},
+        {"references": [ref], "ref_text": "Other."},
+    ):
+        with pytest.raises(GatewayError) as info:
+            references_to_ref_audio(bad)
+        assert info.value.param == "references"
+
+
+def test_seed_bounds_and_engines() -> None:
+    assert check_seed(None, "piper", honoured=False) is None
+    assert check_seed(-(2**63), "piper", honoured=True) == -(2**63)
+    with pytest.raises(GatewayError) as info:
+        check_seed(2**63, "piper", honoured=True)
+    assert (info.value.code, info.value.param) == (ErrorCode.INVALID_CONFIG, "seed")
+    with pytest.raises(GatewayError) as info:
+        check_seed(5, "upstream", honoured=False)
+    assert (info.value.code, info.value.param) == (ErrorCode.UNSUPPORTED_OPTION, "seed")
+    assert "'upstream'" in info.value.message

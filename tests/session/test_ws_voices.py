@@ -227,9 +227,9 @@ async def test_websocket_and_http_share_the_store(server: RunningServer) -> None
         assert (await http_names())["From WS"]["type"] == "uploaded"
 
         response = await http_upload("From HTTP")
-        assert response.status_code == 201, response.text
+        assert response.status_code == 200, response.text
         listed = _listed(await _ask(ws, type="voice.list"))
-        assert listed["From HTTP"]["id"] == response.json()["id"]
+        assert listed["From HTTP"]["id"] == response.json()["voice"]["id"]
         # the same payload on both surfaces
         assert listed == await http_names()
 

@@ -212,3 +212,57 @@ def test_any_markdown_reads_with_a_consistent_span_map(text: str, normalize: boo
     for part in (text, text[::-1]):
         check_spans(fe.process(part))
     fe.finish()
+
+
+def test_a_long_table_repeats_its_header_names_a_bounded_number_of_rows() -> None:
+    """Issue 28: a 250-character header over 3,000 one-cell rows read 42x
+    the table's text.  The header names are repeated for the first rows
+    only, and a header too long to repeat is read once."""
+    from gateway.text.frontend.markdown import MAX_HEADER_CHARS, MAX_NAMED_ROWS
+
+    rows = [f"| {i} |" for i in range(MAX_NAMED_ROWS + 2)]
+    spoken = segments(["| N |\n|---|", *rows])
+    assert spoken[1] == "N: 0." and spoken[MAX_NAMED_ROWS] == f"N: {MAX_NAMED_ROWS - 1}."
+    assert spoken[MAX_NAMED_ROWS + 1] == f"{MAX_NAMED_ROWS}."
+
+    header = "word " * 50  # 250 characters
+    assert len(header.strip()) > MAX_HEADER_CHARS
+    table = f"| {header} |\n|---|\n" + "".join(f"| r{i} |\n" for i in range(3000))
+    fe = FrontEnd(FrontEndOptions(normalize=False))
+    total = 0
+    for segment in run_segments(table):
+        seg = fe.process(segment)
+        check_spans(seg)
+        total += len(seg.text)
+    assert total <= len(table)  # was 42x
+    fe = FrontEnd(FrontEndOptions(normalize=False))
+    assert fe.process(f"| {header} | B |").text == header.strip() + ", B."
+    assert fe.process("| x | y |").text == "x, y."
+
+
+def run_segments(text: str) -> list[str]:
+    from gateway.text.segmenter import Segmenter
+
+    seg = Segmenter("auto", input_format="markdown")
+    return seg.push(text) + seg.flush()
+
+
+def test_unclosed_openers_are_silent_however_many() -> None:
+    """Issue 28: past the eighth carried opener, ``*a *a ...`` reached the
+    engine with its asterisks."""
+    assert md("*a " * 20).split() == ["a"] * 20
+    assert md("2 * 3 and x**2 and *.py") == "2 * 3 and x**2 and *.py"
+
+
+@pytest.mark.parametrize(
+    ("line", "spoken"),
+    [
+        ("[1]: https://example.com/a", ""),
+        ('[r2]: https://e.co/2 "The title"', ""),
+        ("[r3]: <https://e.co/3> (title)", ""),
+        # not a definition: a sentence after the label, read
+        ("[Note]: read this first.", "[Note]: read this first."),
+    ],
+)
+def test_link_reference_definitions_are_silent_and_only_they(line: str, spoken: str) -> None:
+    assert md(line) == spoken

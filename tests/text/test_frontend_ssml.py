@@ -43,6 +43,11 @@ SSML: list[tuple[str, str, tuple[tuple[int, int], ...]]] = [
     ),
     ('<say-as interpret-as="date" format="md">12/25</say-as>', "December twenty fifth", ()),
     ('<say-as interpret-as="unknown">x1</say-as>', "x1", ()),
+    # issue 28: digits that int() refuses (superscript, circled) were a ValueError
+    ('<say-as interpret-as="digits">1\u00b2</say-as>', "one two", ()),
+    ('<say-as interpret-as="characters">a\u2460</say-as>', "a one", ()),
+    ('<say-as interpret-as="date">1\u00b2/01/2026</say-as>', "1\u00b2/01/2026", ()),
+    ('<say-as interpret-as="cardinal">\u00b2</say-as>', "\u00b2", ()),
     ('<prosody rate="slow">kept text</prosody>', "kept text", ()),
     ('<emphasis level="strong">big</emphasis> deal', "big deal", ()),
     ("Fish &amp; chips &lt;3 &#65;&#x42;", "Fish and chips <three AB", ()),

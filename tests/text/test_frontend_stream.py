@@ -297,3 +297,52 @@ def test_any_token_split_of_ssml_speaks_as_sent_whole(
         return " ".join(texts), pauses
 
     assert spoken(tokens) == spoken([reply])
+
+
+# --- issue 28: cuts that split what the front-end reads as one piece ---------------
+
+
+def read_all(text: str, fmt: InputFormat, chunks: int = 1) -> list[str]:
+    """``text`` pushed in ``chunks`` pieces, cut, and read segment by segment."""
+    size = max(1, len(text) // chunks)
+    pieces = [text[i : i + size] for i in range(0, len(text), size)]
+    fe = FrontEnd(FrontEndOptions(input_format=fmt))
+    spoken = []
+    for segment in run(pieces, fmt=fmt):
+        seg = fe.process(segment)
+        check_spans(seg)
+        spoken.append(seg.text)
+    fe.finish()
+    return spoken
+
+
+@pytest.mark.parametrize("chunks", [1, 7, 100])
+def test_the_cap_never_cuts_inside_a_character_reference(chunks: int) -> None:
+    text = "<speak>" + "&#x4E2D;&#x6587;" * 30 + " ok.</speak>"
+    assert "".join(read_all(text, "ssml", chunks)) == "中文" * 30 + " ok."
+
+
+@pytest.mark.parametrize("chunks", [1, 7, 100])
+def test_the_cap_never_cuts_inside_a_tag_a_long_alias_keeps_its_spaces(chunks: int) -> None:
+    alias = "World Wide Web " * 20
+    text = '<speak>Say <sub alias="' + alias + '">WWW</sub> ok.</speak>'
+    spoken = " ".join(s.strip() for s in read_all(text, "ssml", chunks) if s.strip())
+    assert spoken == "Say " + alias.strip() + " ok."
+
+
+def test_a_tag_that_never_ends_is_cut_by_the_cap_and_refused() -> None:
+    seg = Segmenter("sentence", input_format="ssml")
+    # before the tag; then the tag waits for its end
+    assert seg.push('<speak><sub alias="' + "x " * 400) == ["<speak>"]
+    cut = seg.push("y " * 200)  # past the longest tag: cut by the cap
+    assert cut and all(len(c) <= 300 for c in cut)
+
+
+@pytest.mark.parametrize("chunks", [1, 13])
+def test_link_reference_definitions_are_whole_lines_and_silent(chunks: int) -> None:
+    text = "".join(f"[r{i}]: https://e.co/{i}\n" for i in range(40)) + "Done."
+    size = len(text) // chunks + 1
+    segments = run([text[i : i + size] for i in range(0, len(text), size)])
+    assert segments[:2] == ["[r0]: https://e.co/0", "[r1]: https://e.co/1"]
+    assert "".join(read_all(text, "markdown", chunks)) == "Done."
+    assert hold_back("See.\n[r0]: https://e.c", "markdown") == 5

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from gateway.engines.orpheus.tags import EMOTION_TAGS
 from gateway.text.segmenter import (
-    EMOTION_TAGS,
     GRANULARITIES,
     Granularity,
     Segmenter,
@@ -31,8 +31,9 @@ def run(
     *,
     max_chars: int = 300,
 ) -> list[str]:
-    """push() every chunk, then flush(); all segments in order."""
-    seg = Segmenter(granularity, max_chars=max_chars)
+    """push() every chunk, then flush(); all segments in order (the engine
+    declares Orpheus' emotion tags)."""
+    seg = Segmenter(granularity, max_chars=max_chars, markup_tags=EMOTION_TAGS)
     chunks = [text] if isinstance(text, str) else text
     out: list[str] = []
     for chunk in chunks:
@@ -246,8 +247,8 @@ def test_rejects_bad_arguments() -> None:
 # --- candidates() and cut_at(): the places the policy may cut early ----------------
 
 
-def cands(text: str) -> list[tuple[str, str, int]]:
-    seg = Segmenter("auto")
+def cands(text: str, markup_tags: tuple[str, ...] = EMOTION_TAGS) -> list[tuple[str, str, int]]:
+    seg = Segmenter("auto", markup_tags=markup_tags)
     seg.push("Ok. " + text)  # the first segment has left: only sentences cut now
     body = seg.buffered.lstrip()
     return [(body[: c.end], c.kind, c.words) for c in seg.candidates()]
@@ -309,6 +310,14 @@ def test_the_cap_never_cuts_inside_an_emotion_tag(tag: str) -> None:
     expected = ["abcdefgh", tag + "ijk"]
     assert run(text, "sentence", max_chars=12) == expected
     assert run(list(text), "sentence", max_chars=12) == expected  # one character at a time
+
+
+def test_tags_come_from_the_engine_an_engine_without_them_reads_them_as_text() -> None:
+    assert ("It was funny", "word", 3) not in cands("It was funny <laugh> and")
+    assert ("It was funny", "word", 3) in cands("It was funny <laugh> and", markup_tags=())
+    assert ("It was funny", "word", 3) not in cands("It was <x/> funny <x/> so", ("<x/>",))
+    seg = Segmenter("sentence", max_chars=12)
+    assert seg.push("abcdefgh<laugh>ijk") == ["abcdefgh<lau"]  # text: cut at the cap
 
 
 def test_no_candidates_while_a_sentence_may_be_complete() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gateway.engines.base import Capabilities, WordTiming
+from gateway.engines.orpheus.tags import EMOTION_TAGS
 from gateway.text.frontend import Span, SpokenSegment
-from gateway.text.segmenter import EMOTION_TAGS
 from gateway.text.stage import (
     LexiconError,
     SilentJob,

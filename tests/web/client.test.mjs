@@ -42,7 +42,7 @@ class FakeSocket {
 const CREATED = {
   type: "session.created",
   session_id: "0123456789ab",
-  protocol_version: "1.0.0",
+  protocol_version: "2.0.0",
   engine: "piper",
   voices: [{ name: "joe", sample_rate: 22050 }],
   defaults: { framing: "raw", sample_rate: 22050 },
@@ -197,13 +197,58 @@ test("reconnect attempts back off and give up after maxAttempts", async () => {
   }
 });
 
-test("close sends session.close, waits for the server, and does not reconnect", async () => {
+test("close stops now: cancel, then session.close, waits for the server, and does not reconnect", async () => {
   const { client, ws } = await connected();
   ws.autoClose = true;
+  const closes = [];
+  client.on("close", (detail) => closes.push(detail));
   await client.close();
-  assert.deepEqual(ws.sent.at(-1), { type: "session.close" });
+  // protocol 2.0.0: session.close alone would finish what was flushed
+  assert.deepEqual(ws.sent.slice(-2), [{ type: "cancel", context_id: "*" }, { type: "session.close" }]);
   assert.equal(client.state, "closed");
   assert.equal(FakeSocket.instances.at(-1), ws);
+  assert.equal(closes.length, 1);
+  assert.equal(closes[0].finished, false);
+});
+
+test("close({finish: true}) lets the server speak what was flushed, still cancels and reports", async () => {
+  const { client, ws } = await connected();
+  const closes = [];
+  client.on("close", (detail) => closes.push(detail));
+  const audio = [];
+  client.on("audio", (a) => audio.push(a));
+  client.sendText("Hello there.");
+  client.done();
+  const closing = client.close({ finish: true });
+  assert.deepEqual(ws.sent.at(-1), { type: "session.close" });
+  assert.equal(ws.sentOf("cancel").length, 0);
+  assert.equal(client.state, "closing");
+  // the server goes on: audio still arrives and is routed
+  ws.message({ type: "audio.start", context_id: null, utterance_index: 0, sentence_index: 0, format: "pcm",
+    encoding: "pcm_s16le", sample_rate: 22050, context_number: 0 });
+  ws.binary(new Int16Array([1, 2, 3, 4]).buffer);
+  assert.equal(audio.length, 1);
+  // what the server still reads is sent; new text is not
+  assert.equal(client.playback(10), true);
+  assert.equal(client.ping(), true);
+  const failed = [];
+  client.on("text.failed", (f) => failed.push(f));
+  assert.equal(client.sendText("More."), false);
+  assert.equal(failed.length, 1);
+  ws.message({ type: "audio.done", context_id: null, utterance_index: 0, sentence_index: 0 });
+  ws.message({ type: "session.done", context_id: null, utterance_index: 0, total_sentences: 1 });
+  ws.serverClose(1000);
+  await closing;
+  assert.equal(client.state, "closed");
+  assert.deepEqual(closes.map((c) => [c.code, c.finished, c.willReconnect]), [[1000, true, false]]);
+  assert.deepEqual(ws.sentOf("playback").at(-1), { type: "playback", played_ms: 10, context_id: null });
+  // a cancel while finishing is the barge-in, as before the close
+  const again = await connected();
+  const finishing = again.client.close({ finish: true });
+  assert.equal(again.client.cancel({ contextId: "*" }), true);
+  assert.deepEqual(again.ws.sent.slice(-2), [{ type: "session.close" }, { type: "cancel", context_id: "*" }]);
+  again.ws.serverClose(1000);
+  await finishing;
 });
 
 test("owesAudio: an open sentence or a finished utterance not yet done", async () => {

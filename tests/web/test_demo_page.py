@@ -125,3 +125,37 @@ def test_server_errors_are_shown_readably(piper_server: Any, open_demo: Any) -> 
     # with the default voice
     assert "the connection was closed" not in text
     assert page.text_content("#status") == "open"
+
+
+def test_a_polite_close_plays_everything_flushed(piper_server: Any, open_demo: Any) -> None:
+    """Protocol 2.0.0: ``close({finish: true})`` right after ``done()``: the
+    server speaks the whole utterance (the player's ``ack`` reports still go
+    out while closing), closes with 1000, and the player plays out what it
+    had queued instead of dropping it at the close."""
+    demo = open_demo(piper_server.http)
+    page = demo.page
+    rate = page.evaluate("demo.player.sampleRate")
+    page.evaluate(
+        """() => {
+        demo.closes = [];
+        demo.done = [];
+        demo.client.on("close", (d) => demo.closes.push(d));
+        demo.client.on("session.done", (m) => demo.done.push(m));
+        demo.renderedAtStart = demo.player.stats ? demo.player.stats.rendered : 0;
+        demo.client.sendText("The keeper climbed the stairs. The lamp turned all night.");
+        demo.client.done();
+        demo.closing = demo.client.close({ finish: true });
+    }"""
+    )
+    wait_until(page, "demo.closes.length > 0", 60)
+    close = page.evaluate("demo.closes[0]")
+    assert (close["code"], close["finished"], close["willReconnect"]) == (1000, True, False)
+    (done,) = page.evaluate("demo.done")
+    assert done["cancelled"] is False and not demo.events("audio.cancelled")
+    expected = done["metrics"]["audio_ms"] / 1000 * rate
+    # played to the end after the close (20 ms of leeway for the last quantum)
+    wait_until(
+        page, f"demo.player.stats.rendered - demo.renderedAtStart >= {expected - rate * 0.02}", 30
+    )
+    assert page.evaluate("demo.client.state") == "closed"
+    assert demo.console_errors == []

@@ -55,9 +55,9 @@ from gateway.engines.orpheus.codes import SAMPLE_RATE
 from gateway.engines.orpheus.completions import Sampling, completion_body
 from gateway.engines.orpheus.prompt import PromptBuilder, max_tokens
 from gateway.engines.orpheus.settings import OrpheusSettings
+from gateway.engines.orpheus.tags import EMOTION_TAGS
 from gateway.engines.pool.engine import PoolEngine, PoolStream
 from gateway.errors import SettingsError
-from gateway.text.segmenter import EMOTION_TAGS
 
 if TYPE_CHECKING:
     from gateway.engines.orpheus.decoder import DecodeWorker

@@ -200,13 +200,27 @@ class AcousticModel:
         speaker_id: int | None = None,
         run_options: ort.RunOptions | None = None,
         light: bool = False,
+        rng: np.random.Generator | None = None,
     ) -> Encoded:
-        """``scales``: (noise_scale, length_scale, noise_w_scale)."""
+        """``scales``: (noise_scale, length_scale, noise_w_scale).  On a
+        seedable voice (``SplitPoints.seedable``) both noises are drawn from
+        ``rng`` (a fresh unseeded one when None): a seeded generator gives
+        the same durations and latent every time."""
         feeds: dict[str, np.ndarray] = {
             "input": np.array([phoneme_ids], dtype=np.int64),
             "input_lengths": np.array([len(phoneme_ids)], dtype=np.int64),
             "scales": np.array(scales, dtype=np.float32),
         }
+        points = self.points
+        seeded = points.seedable and points.duration_noise in self._input_names
+        if seeded:
+            assert points.duration_noise is not None
+            rng = rng if rng is not None else np.random.default_rng()
+            feeds[points.duration_noise] = rng.standard_normal(
+                (1, 2, len(phoneme_ids)), dtype=np.float32
+            )
+            # the graph's own latent noise is scaled to nothing: added below
+            feeds["scales"] = np.array((0.0, scales[1], scales[2]), dtype=np.float32)
         if "sid" in self._input_names:
             feeds["sid"] = np.array([speaker_id or 0], dtype=np.int64)
         names = [o.name for o in self.encoder.get_outputs()]
@@ -215,6 +229,12 @@ class AcousticModel:
         z_p = outputs.pop(self.points.flow_input)[0]
         outputs.pop(self.points.mask)
         durations = outputs.pop(self.points.durations).reshape(-1).astype(np.int64)
+        if seeded:
+            assert points.latent_std is not None and rng is not None
+            std = outputs.pop(points.latent_std)[0]
+            if scales[0]:
+                noise = rng.standard_normal(std.shape, dtype=np.float32)
+                z_p = z_p + noise * std * np.float32(scales[0])
         return Encoded(z_p=z_p, durations=durations, extras=outputs)
 
     def flow_window(

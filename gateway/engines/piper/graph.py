@@ -32,7 +32,7 @@ from gateway.vocoders.hifigan import ConvSpec, HifiGanSpec, ResBlockSpec
 log = logging.getLogger(__name__)
 
 #: bump when the split or the cache layout changes
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 _PARTS = ("encoder", "flow", "decoder")
 _DECODER_OPS = {"Conv", "ConvTranspose", "LeakyRelu", "Add", "Div", "Tanh", "Unsqueeze"}
@@ -58,6 +58,19 @@ class SplitPoints:
     #: other tensors the flow or decoder read (e.g. a speaker embedding)
     flow_extra: tuple[str, ...] = ()
     decoder_extra: tuple[str, ...] = ()
+    #: the duration predictor's noise (``RandomNormalLike``, [1, 2, ids]),
+    #: made an encoder input so a seeded generator can fill it; None: the
+    #: graph's noise is not one this reader recognises (no seed for it)
+    duration_noise: str | None = None
+    #: what the latent noise is multiplied by (the prior's standard
+    #: deviation, [1, C, frames]), an extra encoder output: z_p is
+    #: ``mean + noise * std * noise_scale`` and the noise is added outside
+    latent_std: str | None = None
+
+    @property
+    def seedable(self) -> bool:
+        """The voice's sampling noise comes from the caller (``AcousticModel.encode``)."""
+        return self.duration_noise is not None and self.latent_std is not None
 
 
 @dataclass(frozen=True)
@@ -156,7 +169,40 @@ def find_split_points(model: onnx.ModelProto) -> SplitPoints:
     flow_extra = tuple(flow_inputs)
     dec_nodes = _between(graph, latent, None)
     decoder_extra = tuple(_external_inputs(graph, dec_nodes, {latent}))
-    return SplitPoints(flow_input, mask, durations, latent, flow_extra, decoder_extra)
+    duration_noise, latent_std = _noise_points(graph, flow_input)
+    return SplitPoints(
+        flow_input, mask, durations, latent, flow_extra, decoder_extra, duration_noise, latent_std
+    )
+
+
+def _noise_points(graph: onnx.GraphProto, flow_input: str) -> tuple[str | None, str | None]:
+    """VITS's two noises: the duration predictor's (``/dp/``) and the
+    latent's, whose path to the flow input must be exactly
+    ``Add(mean, Mul(Mul(noise, std), noise_scale))``; (None, None) otherwise."""
+    randoms = [n for n in graph.node if n.op_type == "RandomNormalLike"]
+    dp = [n for n in randoms if n.name.startswith("/dp/")]
+    other = [n for n in randoms if not n.name.startswith("/dp/")]
+    if len(dp) != 1 or len(other) != 1:
+        return None, None
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def only_consumer(name: str, op: str) -> onnx.NodeProto | None:
+        found = consumers.get(name, [])
+        return found[0] if len(found) == 1 and found[0].op_type == op else None
+
+    noise = other[0].output[0]
+    times_std = only_consumer(noise, "Mul")
+    scaled = only_consumer(times_std.output[0], "Mul") if times_std is not None else None
+    added = only_consumer(scaled.output[0], "Add") if scaled is not None else None
+    if times_std is None or added is None or added.output[0] != flow_input:
+        return None, None
+    std = [name for name in times_std.input if name != noise]
+    if len(std) != 1:
+        return None, None
+    return dp[0].output[0], std[0]
 
 
 def _extract(source: Path, target: Path, inputs: list[str], outputs: list[str]) -> None:
@@ -194,11 +240,13 @@ def split_voice(model_path: Path, cache_root: Path) -> VoiceParts:
     graph_inputs = [i.name for i in model.graph.input]
     del model
     extra = list(dict.fromkeys(points.flow_extra + points.decoder_extra))
+    noise_in = [points.duration_noise] if points.seedable and points.duration_noise else []
+    std_out = [points.latent_std] if points.seedable and points.latent_std else []
     _extract(
         model_path,
         paths["encoder"],
-        graph_inputs,
-        [points.flow_input, points.mask, points.durations, *extra],
+        [*graph_inputs, *noise_in],
+        [points.flow_input, points.mask, points.durations, *extra, *std_out],
     )
     _extract(
         model_path,
@@ -232,6 +280,8 @@ def _points_from_json(data: dict[str, Any]) -> SplitPoints:
         latent=data["latent"],
         flow_extra=tuple(data.get("flow_extra", ())),
         decoder_extra=tuple(data.get("decoder_extra", ())),
+        duration_noise=data.get("duration_noise"),
+        latent_std=data.get("latent_std"),
     )
 
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -88,6 +89,16 @@ class _Piece:
     lead_s: float | None  #: the segment's ``_lead_s``
 
 
+def segment_rng(seed: int | None, ids: Sequence[int]) -> np.random.Generator:
+    """The noise generator of one segment: unseeded, or from the request's
+    ``seed`` and the segment's phoneme ids, so the same sentence with the
+    same seed samples the same noise wherever it falls in an utterance."""
+    if seed is None:
+        return np.random.default_rng()
+    digest = zlib.crc32(np.asarray(ids, dtype=np.int64).tobytes())
+    return np.random.default_rng([seed % 2**64, digest])
+
+
 class PiperSegment:
     """One segment's Piper work, or one piece of it: a segment whose
     phonemes exceed ``Workers.max_phonemes`` is cut (``workcut.cut_text``,
@@ -134,6 +145,9 @@ class PiperSegment:
             )
         self._lock = threading.Lock()
         self._run_options: ort.RunOptions | None = None
+        #: a seeded request repeats its bytes: its kernels run on fixed thread
+        #: counts (a count that follows the load changes the last bit)
+        self._fixed_threads = job.request.seed is not None
         #: the second flow window's item, queued once the first chunk is decoded
         self._flow_rest: _LatentWindowItem | None = None
         #: when the first chunk was decoded (monotonic): later chunks are due
@@ -223,8 +237,14 @@ class PiperSegment:
             return
         scales = voice.scales(self.job.request.speed, self._deterministic)
         t0 = time.perf_counter()
-        light = self._workers.threads.acoustic_light()
-        encoded = voice.acoustic.encode(ids, scales, run_options=run_options, light=light)
+        light = self._workers.threads.acoustic_light(self._fixed_threads)
+        encoded = voice.acoustic.encode(
+            ids,
+            scales,
+            run_options=run_options,
+            light=light,
+            rng=segment_rng(self.job.request.seed, ids),
+        )
         self.stats.extra["encoder_ms"] = (time.perf_counter() - t0) * 1e3
         if self.job.cancelled:
             return
@@ -279,7 +299,7 @@ class PiperSegment:
             item.encoded,
             window,
             run_options=self._run_options,
-            light=self._workers.threads.acoustic_light(),
+            light=self._workers.threads.acoustic_light(self._fixed_threads),
         )
         self._publish(window.end, latent, window.start)
         if item.index + 1 < len(item.windows) and not self.job.cancelled:
@@ -386,7 +406,9 @@ class PiperSegment:
             decoder = self._decoder
         started = time.perf_counter()
         assert latent is not None and decoder is not None
-        self._workers.threads.set_vocoder_threads(index == 0 and self.first_in_utterance)
+        self._workers.threads.set_vocoder_threads(
+            index == 0 and self.first_in_utterance, self._fixed_threads
+        )
         try:
             raw = decoder.decode_chunk(latent, window)
         except Exception as exc:  # torch/onnxruntime errors: fail this segment only

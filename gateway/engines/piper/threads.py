@@ -17,6 +17,14 @@ when decode work is *queued*, not for the chunk in flight (a segment's last
 chunk releases its consumer, which may submit the next text, before the
 decode worker is marked idle).
 
+The decode worker has one thread per core (up to 4: ``decode_worker_threads``),
+so the vocoder work of many sessions spreads over every core (one decode
+thread serialized every session's vocoder work on one core while the others
+idled: issue 27's profile).  Each decode thread sets its own intra-op thread
+count (torch's count is per calling thread under OpenMP): every core while
+it is the only thread working, one while another decode thread or the
+acoustic worker works.
+
 What it must not do: call torch from any thread but the decode worker's (the
 thread count is set there, before each chunk).
 """
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import torch
 
@@ -34,6 +43,15 @@ from gateway.engines.deadline_worker import DeadlineWorker
 def default_threads() -> int:
     """Every core, up to 4."""
     return max(1, min(4, os.cpu_count() or 2))
+
+
+def decode_worker_threads(vocoder_threads: int, deterministic: bool, device: str) -> int:
+    """Decode threads: one per core (up to 4) with the ``auto`` thread
+    setting on the CPU; one when a count is set, the output must be
+    deterministic, or the vocoder runs on an accelerator."""
+    if deterministic or vocoder_threads or device != "cpu":
+        return 1
+    return default_threads()
 
 
 class ThreadPlan:
@@ -54,20 +72,29 @@ class ThreadPlan:
         self.vocoder_threads = vocoder_threads or default_threads()
         self._acoustic_worker = acoustic_worker
         self._decode_worker = decode_worker
-        self._torch_threads = 0
+        #: the intra-op count each decode thread last set
+        self._local = threading.local()
 
-    def acoustic_light(self) -> bool:
-        """Run the next acoustic item on one thread (decode work is waiting)."""
-        return self.adaptive_acoustic and self._decode_worker.depth() > 0
+    def acoustic_light(self, fixed: bool = False) -> bool:
+        """Run the next acoustic item on one thread (decode work is waiting).
+        ``fixed``: the item's output must repeat (a seeded request): never."""
+        return not fixed and self.adaptive_acoustic and self._decode_worker.depth() > 0
 
-    def set_vocoder_threads(self, first_chunk: bool) -> None:
+    def set_vocoder_threads(self, first_chunk: bool, fixed: bool = False) -> None:
         """On the decode worker, before a chunk: every core for an
-        utterance's first chunk or while the acoustic worker is idle."""
-        light = self.adaptive_vocoder and not first_chunk and self._acoustic_worker.active()
+        utterance's first chunk or while the acoustic worker is idle.
+        ``fixed``: the chunk's output must repeat (a seeded request): the
+        configured count, whatever the load."""
+        beside = self._decode_worker.running > 1  # another decode thread works too
+        light = (
+            self.adaptive_vocoder
+            and not fixed
+            and (beside or (not first_chunk and self._acoustic_worker.active()))
+        )
         want = 1 if light else self.vocoder_threads
-        if want != self._torch_threads:
+        if want != getattr(self._local, "threads", 0):
             torch.set_num_threads(want)
-            self._torch_threads = want
+            self._local.threads = want
 
 
 def configure_torch_threads(threads: int) -> None:

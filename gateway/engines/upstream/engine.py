@@ -308,6 +308,7 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
             alignment=False,
             cloning=self.config.cloning,
             instructions=self.config.instructions,
+            speed=self.config.stream_speed,
             languages=tuple(languages),
             max_concurrency=len(self.config.urls) * self.config.max_per_replica,
             typical_first_chunk_s=0.3,
@@ -363,7 +364,10 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
             body["model"] = config.model
         if config.send_sample_rate:
             body["sample_rate"] = voice.sample_rate
-        if request.speed != 1.0:
+        if config.stream_speed and request.speed != 1.0:
+            # vllm-omni 0.30 refuses speed on a stream unless its model has
+            # native speed control: sent only when the section declares it
+            # (the validator refuses another speed otherwise)
             body["speed"] = request.speed
         if config.instructions and request.instructions:
             body["instructions"] = request.instructions

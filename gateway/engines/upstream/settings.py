@@ -33,6 +33,10 @@ class UpstreamSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
     instructions: bool = False
     #: the upstream clones from ``ref_audio``/``ref_text`` (passed through)
     cloning: bool = False
+    #: the upstream honours ``speed`` on a streamed request (a vllm-omni model
+    #: with native speed control); vllm-omni 0.30 refuses any other speed
+    #: than 1.0 on a stream, so without it ``speed`` is ``unsupported_option``
+    stream_speed: bool = False
     #: send ``language`` with each request (vllm-omni's Qwen3-TTS takes it)
     send_language: bool = False
     #: send ``sample_rate`` (the voice's native rate) so the upstream does not

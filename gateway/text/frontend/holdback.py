@@ -1,10 +1,12 @@
 """Where a buffered text may still be inside an unfinished construct.
 
-:func:`hold_back` is called by the segmenter on every push, so it looks at a
-bounded trailing window (:data:`WINDOW` characters) and only at constructs
-still open at the end of the text: a stray ``*`` or ``my_var`` far back never
-holds anything, and a construct open longer than the window is let go (the
-front-end then carries it across segments).
+For Markdown it runs the reader's own inline scanner
+(:mod:`gateway.text.frontend.inline`), so the two agree on what a construct
+is.  :func:`hold_back` is called by the segmenter on every push, so it looks
+at a bounded trailing window (:data:`WINDOW` characters) and only at
+constructs still open at the end of the text: a stray ``*`` or ``my_var`` far
+back never holds anything, and a construct open longer than the window is
+let go (the front-end then carries it across segments).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from gateway.text.frontend.markdown import flanking
+from gateway.text.frontend.inline import pair_emphasis, scan_inline
+from gateway.text.frontend.markdown import REF_DEF_START
 from gateway.text.frontend.types import InputFormat
 
 __all__ = ["WINDOW", "hold_back"]
@@ -22,7 +25,6 @@ __all__ = ["WINDOW", "hold_back"]
 #: span loses its markup silently).
 WINDOW: Final = 200
 
-_RUN: Final = re.compile(r"\*{1,3}|_{1,3}|~~|`{1,10}")
 _SSML_HELD: Final = re.compile(r"<(say-as|sub)\b[^<>]{0,300}>", re.IGNORECASE)
 
 
@@ -44,61 +46,16 @@ def hold_back(text: str, input_format: InputFormat) -> int:
 def _markdown(text: str, lo: int, n: int) -> int:
     line = text.rfind("\n", lo, n) + 1
     start = max(lo, line)
-    held = n
-    open_code: tuple[int, int] | None = None
-    openers: list[tuple[str, int, int]] = []
-    for m in _RUN.finditer(text, start, n):
-        s, e = m.span()
-        run = m.group()
-        if run[0] == "`":
-            if open_code is None:
-                open_code = (s, e - s)
-            elif open_code[1] == e - s:
-                open_code = None
-            continue
-        if open_code is not None:
-            continue
-        if e == n:
-            held = min(held, s)  # may grow (``*`` -> ``**``) or open
-            continue
-        prev = text[s - 1] if s > 0 else " "
-        can_open, can_close = flanking(run[0], prev, text[e])
-        if can_close:
-            k = len(openers) - 1
-            while k >= 0 and openers[k][0] != run:
-                k -= 1
-            if k >= 0:
-                del openers[k:]
-                continue
-        if can_open and text[e].isalnum():
-            openers.append((run, s, e))
-    if open_code is not None:
-        held = min(held, open_code[0])
-    if openers:
-        held = min(held, openers[0][1])
-    # links and images: ``[`` not yet closed by ``](...)``
-    i = text.rfind("[", start, n)
-    while i >= 0:
-        close = text.find("]", i, n)
-        begin = i - 1 if i > 0 and text[i - 1] == "!" else i
-        if close < 0 or close == n - 1:
-            held = min(held, begin)
-        elif text[close + 1] in "([":
-            end_ch = ")" if text[close + 1] == "(" else "]"
-            if text.find(end_ch, close + 2, n) < 0:
-                held = min(held, begin)
-        i = text.rfind("[", start, i)
-    # HTML tags and autolinks: ``<`` without its ``>``
-    lt = text.rfind("<", start, n)
-    if (
-        lt >= 0
-        and text.find(">", lt, n) < 0
-        and (lt == n - 1 or text[lt + 1] in "/!" or text[lt + 1].isalpha())
-    ):
-        held = min(held, lt)
-    # a backslash at the end escapes what comes next
-    if text[n - 1] == "\\":
-        held = min(held, n - 1)
+    if (line > 0 or lo == 0) and REF_DEF_START.match(text, line, n) is not None:
+        return line  # a link reference definition: silent, and one piece
+    # the reader's own scanner: what it would read as a construct, and where
+    # one is still open at the end
+    scan = scan_inline(text, start, n, find_open=True)
+    held = scan.open_at
+    _, still_open = pair_emphasis(scan.delims, [], text)
+    for d in still_open:
+        if d.end < n and text[d.end].isalnum():
+            return min(held, d.start)  # emphasis opened and not yet closed
     return held
 
 

@@ -16,8 +16,12 @@ What is read how (``docs/text.md`` has the table and examples):
   reference definitions (``[1]: https://...``) are silent;
 * fenced code blocks: silent, fences included (a code block is not read
   aloud);
-* tables: the header row and the separator row are silent; each body row is
-  read as ``Header: cell, Header: cell.``;
+* tables: the separator row is silent; the header row is silent and each of
+  the first :data:`MAX_NAMED_ROWS` body rows is read as ``Header: cell,
+  Header: cell.``; later rows are read without the names (``cell, cell.``).
+  A header longer than :data:`MAX_HEADER_CHARS` is read once, as a row, and
+  no row repeats it: a table's reading is at most ``MAX_NAMED_ROWS *
+  MAX_HEADER_CHARS`` characters longer than its text;
 * horizontal rules and setext underlines: silent;
 * HTML tags and comments: silent, except the engine's own tags
   (``keep_tags``), which pass through verbatim.
@@ -39,9 +43,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
+from gateway.text.frontend.inline import pair_emphasis, scan_inline
 from gateway.text.frontend.pieces import Piece
 
-__all__ = ["MarkdownReader"]
+__all__ = ["MAX_HEADER_CHARS", "MAX_NAMED_ROWS", "REF_DEF_START", "MarkdownReader"]
+
+#: Body rows of a table read with their header names; later rows without.
+MAX_NAMED_ROWS: Final = 20
+#: A header whose names together are longer than this is read once, not per row.
+MAX_HEADER_CHARS: Final = 100
 
 _FENCE: Final = re.compile(r" {0,3}(`{3,}|~{3,})")
 _HEADING: Final = re.compile(r"( {0,3}#{1,6})(?:[ \t]{1,40}|$)")
@@ -56,24 +66,17 @@ _TABLE_SEP: Final = re.compile(
     r" {0,3}\|?(?:[ \t]{0,40}:?-{1,200}:?[ \t]{0,40}\|){1,50}"
     r"(?:[ \t]{0,40}:?-{1,200}:?[ \t]{0,40})?$"
 )
-_REF_DEF: Final = re.compile(r" {0,3}\[[^\]]{1,200}\]:[ \t]{0,40}\S{1,500}")
-_TAG: Final = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]{0,30})(?:\s[^<>]{0,300})?/?>")
-_COMMENT: Final = re.compile(r"<!--.{0,2000}?-->", re.DOTALL)
-_AUTOLINK: Final = re.compile(r"<((?:https?|ftp)://[^\s<>]{1,500}|[\w.+-]{1,64}@[\w.-]{1,255})>")
+# ``[label]: destination "optional title"`` and nothing else on the line
+# (``[Note]: read this first.`` is a sentence, and read)
+_REF_DEF: Final = re.compile(
+    r" {0,3}\[[^\]]{1,200}\]:[ \t]{0,40}(?:<[^<>\n]{0,500}>|\S{1,500})"
+    r"(?:[ \t]{1,40}(?:\"[^\"\n]{0,300}\"|'[^'\n]{0,300}'|\([^()\n]{0,300}\)))?[ \t]{0,40}"
+)
+#: The start of a link reference definition line: the segmenter keeps the
+#: line whole (never a cut inside it), as the reader reads it whole.
+REF_DEF_START: Final = re.compile(r" {0,3}\[[^\]\n]{1,200}\]:")
 _PUNCT_END: Final = ".!?:;,…。！？"
-_ESCAPABLE: Final = frozenset("\\`*_{}[]()#+-.!|<>~\"'")
-_MAX_LINK: Final = 300  # a link's text or URL longer than this is not a link
 _MAX_EMPHASIS: Final = 8  # carried open emphasis markers, at most
-
-
-@dataclass
-class _Delim:
-    char: str
-    start: int
-    end: int
-    can_open: bool
-    can_close: bool
-    index: int  # position in the item list
 
 
 @dataclass
@@ -83,6 +86,7 @@ class MarkdownReader:
     keep_tags: frozenset[str] = frozenset()
     fence: str | None = None
     table_header: list[str] | None = None
+    table_rows: int = 0  # body rows of the open table read so far
     open_emphasis: list[str] = field(default_factory=list)
 
     def read(self, segment: str) -> list[Piece]:
@@ -133,7 +137,7 @@ class MarkdownReader:
             self._table_row(text, start, end, out)
             return
         self.table_header = None
-        if _RULE.match(line) or _REF_DEF.match(line):
+        if _RULE.match(line) or _REF_DEF.fullmatch(line):
             out.append(Piece("", start, end))
             return
         pos = start
@@ -179,17 +183,26 @@ class MarkdownReader:
             out.append(Piece("", start, end))
             return
         cells = _cells(text, start, end)
+        names: list[str] = []
         if self.table_header is None:
-            self.table_header = [_plain(text[s:e]) for s, e in cells]
-            out.append(Piece("", start, end))
-            return
+            header = [_plain(text[s:e]) for s, e in cells]
+            self.table_rows = 0
+            if sum(map(len, header)) <= MAX_HEADER_CHARS:
+                self.table_header = header
+                out.append(Piece("", start, end))
+                return
+            self.table_header = []  # too long to repeat: read once, as a row
+        elif self.table_rows < MAX_NAMED_ROWS:
+            names = self.table_header
+        if self.table_header:
+            self.table_rows += 1
         cursor = start
         spoken_any = False
         for i, (s, e) in enumerate(cells):
             if not text[s:e].strip():
                 continue
             out.append(Piece("", cursor, s))
-            name = self.table_header[i] if i < len(self.table_header) else ""
+            name = names[i] if i < len(names) else ""
             prefix = (", " if spoken_any else "") + (f"{name}: " if name else "")
             if prefix:
                 out.append(Piece(prefix, s, s, copied=False, frozen=True))
@@ -200,195 +213,22 @@ class MarkdownReader:
         if spoken_any:
             out.append(Piece(".", end, end, copied=False, frozen=True))
 
-    # --- inline ---------------------------------------------------------------
+    # --- inline (the shared scanner, gateway.text.frontend.inline) ---------------
 
     def _inline(self, text: str, start: int, end: int, out: list[Piece]) -> None:
-        items: list[Piece] = []
-        delims: list[_Delim] = []
-        silent_at: dict[int, int] = {}  # start -> end of link tails ``](url)``
-        links = text.find("](", start, end) >= 0 or text.find("][", start, end) >= 0
-        i = start
-        lit = start  # start of the pending literal text
-        while i < end:
-            if i in silent_at:
-                _flush(items, text, lit, i)
-                j = silent_at.pop(i)
-                items.append(Piece("", i, j))
-                i = lit = j
-                continue
-            ch = text[i]
-            if ch == "\\" and i + 1 < end and text[i + 1] in _ESCAPABLE:
-                _flush(items, text, lit, i)
-                items.append(Piece("", i, i + 1))
-                items.append(Piece(text[i + 1], i + 1, i + 2, frozen=True))
-                i = lit = i + 2
-                continue
-            if ch == "`":
-                j = i
-                while j < end and text[j] == "`":
-                    j += 1
-                close = _find_run(text, "`", j - i, j, end)
-                _flush(items, text, lit, i)
-                if close < 0:
-                    items.append(Piece("", i, j))
-                    i = lit = j
-                    continue
-                cs, ce = j, close
-                if ce - cs >= 2 and text[cs] == " " and text[ce - 1] == " ":
-                    cs, ce = cs + 1, ce - 1
-                items.append(Piece("", i, cs))
-                if ce > cs:
-                    items.append(Piece(text[cs:ce], cs, ce, frozen=True))
-                items.append(Piece("", ce, close + (j - i)))
-                i = lit = close + (j - i)
-                continue
-            if ch == "<":
-                m = _COMMENT.match(text, i, end) or _TAG.match(text, i, end)
-                if m is not None:
-                    _flush(items, text, lit, i)
-                    name = m.group(2).lower() if m.re is _TAG else ""
-                    if name and name in self.keep_tags and not m.group(1):
-                        items.append(Piece(m.group(), i, m.end(), frozen=True))
-                    else:
-                        items.append(Piece("", i, m.end()))
-                    i = lit = m.end()
-                    continue
-                m = _AUTOLINK.match(text, i, end)
-                if m is not None:
-                    _flush(items, text, lit, i)
-                    items.append(Piece("", i, i + 1))
-                    items.append(Piece(m.group(1), i + 1, m.end() - 1))
-                    items.append(Piece("", m.end() - 1, m.end()))
-                    i = lit = m.end()
-                    continue
-            if (ch == "[" or (ch == "!" and i + 1 < end and text[i + 1] == "[")) and links:
-                opener = 2 if ch == "!" else 1
-                tail = _link_tail(text, i + opener, end)
-                if tail is not None:
-                    _flush(items, text, lit, i)
-                    items.append(Piece("", i, i + opener))
-                    silent_at[tail[0]] = tail[1]
-                    i = lit = i + opener
-                    continue
-            if ch in "*_~":
-                j = i
-                while j < end and text[j] == ch and j - i < 3:
-                    j += 1
-                if ch == "~" and j - i != 2:
-                    i = j
-                    continue
-                _flush(items, text, lit, i)
-                prev = text[i - 1] if i > start else " "
-                nxt = text[j] if j < end else " "
-                can_open, can_close = flanking(ch, prev, nxt)
-                delims.append(_Delim(ch, i, j, can_open, can_close, len(items)))
-                items.append(Piece(text[i:j], i, j))
-                i = lit = j
-                continue
-            i += 1
-        _flush(items, text, lit, end)
-        self._pair(delims, items, text, end)
-        out.extend(items)
-
-    def _pair(self, delims: list[_Delim], items: list[Piece], text: str, end: int) -> None:
-        """Silence paired emphasis markers; carry the open ones."""
-        stack: list[_Delim] = []
-        for d in delims:
-            if d.can_close:
-                k = len(stack) - 1
-                while k >= 0 and stack[k].char != d.char:
-                    k -= 1
-                if k >= 0:
-                    items[stack[k].index] = Piece("", stack[k].start, stack[k].end)
-                    items[d.index] = Piece("", d.start, d.end)
-                    del stack[k:]
-                    continue
-                marker = text[d.start : d.end]
-                if marker in self.open_emphasis:
-                    self.open_emphasis.remove(marker)
-                    items[d.index] = Piece("", d.start, d.end)
-                    continue
-            if d.can_open:
-                stack.append(d)
-        for d in stack:
-            # Unclosed: an opener before a word is emphasis that closes later.
-            if d.end < end and text[d.end].isalnum() and len(self.open_emphasis) < _MAX_EMPHASIS:
+        scan = scan_inline(text, start, end, self.keep_tags)
+        items = scan.items
+        silent, still_open = pair_emphasis(scan.delims, self.open_emphasis, text)
+        for d in silent:
+            items[d.index] = Piece("", d.start, d.end)
+        for d in still_open:
+            # Unclosed: an opener before a word is emphasis that closes later
+            # (silent; carried for a later closer, at most _MAX_EMPHASIS).
+            if d.end < end and text[d.end].isalnum():
                 items[d.index] = Piece("", d.start, d.end)
-                self.open_emphasis.append(text[d.start : d.end])
-
-
-def _flush(items: list[Piece], text: str, start: int, end: int) -> None:
-    if end > start:
-        items.append(Piece(text[start:end], start, end))
-
-
-def _find_run(text: str, ch: str, length: int, start: int, end: int) -> int:
-    """Start of the next run of exactly ``length`` ``ch`` in ``text[start:end]``, or -1."""
-    i = text.find(ch * length, start, end)
-    while i >= 0:
-        j = i + length
-        if (j >= end or text[j] != ch) and text[i - 1] != ch:
-            return i
-        while j < end and text[j] == ch:
-            j += 1
-        i = text.find(ch * length, j, end)
-    return -1
-
-
-def _link_tail(text: str, start: int, end: int) -> tuple[int, int] | None:
-    """For a ``[`` just before ``start``: the range of ``](url)``, ``][ref]``
-    or ``][]`` closing it, or None when it is no link."""
-    depth = 0
-    limit = min(end, start + _MAX_LINK)
-    i = start
-    while i < limit:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            if depth:
-                depth -= 1
-            else:
-                break
-        i += 1
-    else:
-        return None
-    close = i
-    if close + 1 >= end or text[close + 1] not in "([":
-        return None
-    opening = text[close + 1]
-    closing = ")" if opening == "(" else "]"
-    depth = 0
-    j = close + 2
-    limit = min(end, j + _MAX_LINK)
-    while j < limit:
-        ch = text[j]
-        if ch == opening and opening == "(":
-            depth += 1
-        elif ch == closing:
-            if depth == 0:
-                return close, j + 1
-            depth -= 1
-        j += 1
-    return None
-
-
-def _is_punct(ch: str) -> bool:
-    return not ch.isalnum() and not ch.isspace()
-
-
-def flanking(ch: str, prev: str, nxt: str) -> tuple[bool, bool]:
-    """(can open, can close) for a run of ``ch`` between ``prev`` and ``nxt``."""
-    left = not nxt.isspace() and (not _is_punct(nxt) or prev.isspace() or _is_punct(prev))
-    right = not prev.isspace() and (not _is_punct(prev) or nxt.isspace() or _is_punct(nxt))
-    if ch == "_":
-        return left and (not right or _is_punct(prev)), right and (not left or _is_punct(nxt))
-    if prev.isalnum() and nxt.isalnum():
-        return False, False  # x**2, a*b: never emphasis
-    return left, right
+                if len(self.open_emphasis) < _MAX_EMPHASIS:
+                    self.open_emphasis.append(text[d.start : d.end])
+        out.extend(items)
 
 
 def _cells(text: str, start: int, end: int) -> list[tuple[int, int]]:

@@ -27,11 +27,12 @@ from typing import Final
 from gateway.text.frontend.normalize.en_words import MONTHS, cardinal, digits, ordinal, year
 from gateway.text.frontend.pieces import Piece
 
-__all__ = ["MAX_BREAK_MS", "MAX_DEPTH", "SsmlError", "SsmlReader"]
+__all__ = ["MAX_BREAK_MS", "MAX_DEPTH", "MAX_TAG", "SsmlError", "SsmlReader"]
 
 MAX_DEPTH: Final = 32
 MAX_BREAK_MS: Final = 10_000
-_MAX_TAG: Final = 1000
+#: The longest tag read (a longer one is refused).
+MAX_TAG: Final = 1000
 
 _START: Final = re.compile(
     r"<([A-Za-z][\w:.-]{0,40})((?:\s{1,40}[\w:.-]{1,40}\s{0,40}=\s{0,40}(?:\"[^\"<]{0,500}\"|'[^'<]{0,500}')){0,20})\s{0,40}(/?)>"
@@ -80,12 +81,20 @@ class SsmlReader:
 
     def read(self, segment: str) -> list[Piece]:
         out: list[Piece] = []
+        content: list[Piece] = []  # inside <say-as>
+        try:
+            return self._read(segment, out, content)
+        except SsmlError as exc:
+            if exc.pieces is content:  # refused inside <say-as>: what came before too
+                exc.pieces = out + content
+            raise
+
+    def _read(self, segment: str, out: list[Piece], content: list[Piece]) -> list[Piece]:
         text = segment
         i = 0
         n = len(text)
         lead = self.partial
         self.partial = ""
-        content: list[Piece] = []  # inside <say-as>
         while i < n:
             lt = text.find("<", i) if not lead else i
             stop = n if lt < 0 else lt
@@ -95,15 +104,21 @@ class SsmlReader:
                 break
             close = text.find(">", lt)
             if close < 0:
-                if len(lead) + n - lt > _MAX_TAG:
+                if len(lead) + n - lt > MAX_TAG:
                     raise SsmlError("a tag longer than 1000 characters", lt, out)
                 self.partial = lead + text[lt:]
+                if content:  # <say-as> text before the cut tag, in order
+                    out.extend(self._say_as(content, text))
+                    content.clear()
                 out.append(Piece("", lt, n))
                 break
             tag = lead + text[lt : close + 1]
             tag_start = lt
             lead = ""
-            self._tag(tag, tag_start, close + 1, out, content, text)
+            if content:  # <say-as> text before a tag: read, in order
+                out.extend(self._say_as(content, text))
+                content.clear()
+            self._tag(tag, tag_start, close + 1, out)
             i = close + 1
         if content:
             out.extend(self._say_as(content, text))
@@ -155,9 +170,7 @@ class SsmlReader:
         if end > pos:
             out.append(Piece(text[pos:end], pos, end))
 
-    def _tag(
-        self, tag: str, start: int, end: int, out: list[Piece], content: list[Piece], text: str
-    ) -> None:
+    def _tag(self, tag: str, start: int, end: int, out: list[Piece]) -> None:
         if tag.startswith("<!--"):
             if _COMMENT.fullmatch(tag) is None:
                 raise SsmlError("malformed comment", start, out)
@@ -174,9 +187,6 @@ class SsmlReader:
         if m is not None:
             name = m.group(1).lower()
             if self.held is not None and name == self.held.name:
-                if content:
-                    out.extend(self._say_as(content, text))
-                    content.clear()
                 self.held = None
             if not self.stack or self.stack[-1] != name:
                 expected = f"</{self.stack[-1]}>" if self.stack else "no end tag"
@@ -266,7 +276,7 @@ def interpret(words: str, kind: str, fmt: str = "mdy") -> str | None:
 
 def _date(body: str, fmt: str) -> str | None:
     parts = re.split(r"[-/.]", body)
-    if not all(p.isdigit() for p in parts) or len(parts) != len(fmt):
+    if not all(p.isdecimal() for p in parts) or len(parts) != len(fmt):
         return None
     values = dict(zip(fmt, (int(p) for p in parts), strict=True))
     month, day, yr = values.get("m"), values.get("d"), values.get("y")

@@ -155,7 +155,7 @@ def _context_of_first_audio(down: Recorder) -> str:
 
 async def test_llm_turn_speaks_with_word_timestamps(gateway: Gateway) -> None:
     async with pipeline(gateway) as h:
-        assert h.tts.server_info["protocol_version"].startswith("1.")
+        assert h.tts.server_info["protocol_version"].startswith("2.")
         # the session asked for the pipeline's rate, tagged framing, realtime
         config = h.tts.effective_config
         assert config["sample_rate"] == PIPELINE_RATE and config["framing"] == "tagged"

@@ -24,11 +24,15 @@ CREATED = {
 
 
 def test_another_major_version_is_a_mismatch() -> None:
-    with pytest.raises(ProtocolMismatch, match=r"2\.0\.0"):
-        check_protocol_version({"protocol_version": "2.0.0"})
+    with pytest.raises(ProtocolMismatch, match=r"3\.0\.0.*1\.x or 2\.x"):
+        check_protocol_version({"protocol_version": "3.0.0"})
+    with pytest.raises(ProtocolMismatch, match=r"0\.9\.0"):
+        check_protocol_version({"protocol_version": "0.9.0"})
     with pytest.raises(ProtocolMismatch, match="unknown"):
         check_protocol_version({})
     assert check_protocol_version({"protocol_version": "1.7.3"}) == "1.7.3"
+    # 2.0.0 changed only session.close, which the plugins never send
+    assert check_protocol_version({"protocol_version": "2.0.0"}) == "2.0.0"
 
 
 def test_word_timings_are_assumed_unless_declared_absent() -> None:

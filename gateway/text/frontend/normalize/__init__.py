@@ -15,16 +15,19 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from gateway.text.frontend.normalize import en, generic
+from gateway.text.frontend.normalize.invisible import seeing_through_invisibles
 from gateway.text.frontend.pieces import Edit
 
 __all__ = ["NORMALIZERS", "Normalizer", "normalizer_for"]
 
 Normalizer = Callable[[str], Iterable[Edit]]
 
+# Every normalizer reads through invisible format characters
+# (``normalize/invisible.py``): ``1\u200d000`` is one thousand.
 NORMALIZERS: Final[dict[str, Normalizer]] = {
-    "en": en.normalize,
+    "en": seeing_through_invisibles(en.normalize),
     # whole numbers and percentages only, with num2words (normalize/generic.py)
-    **{code: generic.normalizer(code) for code in generic.PERCENT_WORDS},
+    **{code: seeing_through_invisibles(generic.normalizer(code)) for code in generic.PERCENT_WORDS},
 }
 
 

@@ -119,10 +119,12 @@ _ABBREVIATIONS: Final = {
     "Dept.": "Department",
 }
 
-_NUM: Final = r"\d{1,3}(?:,\d{3}){1,4}|\d{1,15}"  # 1,234,567 or 1234567
+_NUM: Final = r"\d{1,3}(?:,\d{3}){1,6}|\d{1,15}"  # 1,234,567 or 1234567
 _DEC: Final = rf"(?:{_NUM})(?:\.\d{{1,12}})?"
 _B: Final = r"(?<![\w.,/:@*^-])"  # a number starts here (not inside a word, URL, version)
 _E: Final = r"(?![\w]|[.,]\d)"  # ... and ends here
+_DASH: Final = r"(?:--|[–-])"  # a range's dash: ``5-10``, ``5–10``, ``5--10``
+_MINUS: Final = r"(?:-|−)"
 
 _UNIT_ALT: Final = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
 _GLUED_ALT: Final = "|".join(re.escape(u) for u in _GLUED_UNITS)
@@ -154,16 +156,17 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     ("time_ampm", r"(?<![\w:.])(\d{1,2})\s?([AaPp])\.?[Mm]\b\.?"),
     (
         "money",
-        rf"(?<![\w])(-)?([$€£¥₹])\s?({_DEC})(?:\s?(bn|[KkMmBbTt])\b|\s(thousand|million|billion|trillion)\b)?",
+        rf"(?<![\w])({_MINUS})?([$€£¥₹])({_MINUS})?\s?({_DEC})(?!,\d)"
+        r"(?:\s?(bn|[KkMmBbTt])\b|\s(thousand|million|billion|trillion)\b)?",
     ),
     ("cents", rf"{_B}(\d{{1,3}})¢"),
     (
         "version",
         r"(?<![\w.])(?:[vV](\d{1,4}(?:\.\d{1,4}){1,3})|(\d{1,4}(?:\.\d{1,4}){2,3}))(?![\w]|\.\d)",
     ),
-    ("percent_range", rf"{_B}({_DEC})\s?[-–]\s?({_DEC})\s?%"),
+    ("percent_range", rf"{_B}({_DEC})\s?{_DASH}\s?({_DEC})\s?%"),
     ("percent", rf"{_B}(-|−)?({_DEC})\s?%"),
-    ("unit_range", rf"{_B}({_DEC})\s?[-–]\s?({_DEC})\s?({_UNIT_ALT})(?![\w])"),
+    ("unit_range", rf"{_B}({_DEC})\s?{_DASH}\s?({_DEC})\s?({_UNIT_ALT})(?![\w])"),
     ("unit", rf"{_B}(-|−)?({_DEC})\s?({_UNIT_ALT})(?![\w])"),
     ("decade", r"(?<![\w])(1[0-9]|20)([0-9]0)s\b"),
     ("glued_unit", rf"{_B}({_DEC})({_GLUED_ALT})(?![\w])"),
@@ -171,14 +174,16 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     ("ordinal", rf"{_B}(\d{{1,9}})(st|nd|rd|th)\b"),
     ("mixed_fraction", rf"{_B}(\d{{1,6}}) (\d{{1,3}})/(\d{{1,3}}){_E}"),
     ("fraction", rf"{_B}(\d{{1,6}})/(\d{{1,3}}){_E}"),
-    ("vulgar", r"(?<![\w])(\d{1,6})?\s?([½⅓⅔¼¾⅛])"),
-    ("range", rf"{_B}({_DEC})\s?[–-]\s?({_DEC}){_E}"),
+    # after a word character only when it is a fraction too (``½½``)
+    ("vulgar", r"(?:(?<!\w)|(?<=[½⅓⅔¼¾⅛]))(\d{1,6})?\s?([½⅓⅔¼¾⅛])"),
+    ("range", rf"{_B}({_DEC})\s?{_DASH}\s?({_DEC}){_E}"),
     (
         "year_after",
         r"\b(in|In|since|Since|by|By|until|from|From|of|year|around|before|after)"
-        r" (1[1-9]\d\d|20\d\d)(?![\w]|[.,]\d)",
+        r" (1[1-9]\d\d|20\d\d)(?:\s?(?:--|[–-])\s?(1[1-9]\d\d|20\d\d|\d\d))?(?![\w]|[.,/-]\d)",
     ),
-    ("number", rf"(?<![\w.,/:@*^])(-|−)?({_DEC}){_E}"),
+    # a sign only where it cannot be a hyphen or a dash (``COVID-19``, ``5--10``)
+    ("number", rf"(?<![\w.,/:@*^])(?:(?<![\w-])({_MINUS}))?({_DEC}){_E}"),
     ("abbreviation", rf"(?<![\w.])({_ABBR_ALT})(?![\w])"),
     ("street", r"(?<=[A-Za-z] )St\.?(?=\s|$|,)|(?<![\w.])St\.(?= [A-Z])"),
     ("number_sign", r"(?<![\w&])#(\d{1,6})\b"),
@@ -191,7 +196,7 @@ _PATTERN: Final = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx in _RULES
 # Every rule needs one of these somewhere in the text: a cheap test first
 # (most segments of prose have none, and skip the big alternation).
 _TRIGGER: Final = re.compile(
-    r"[0-9@&#×½⅓⅔¼¾⅛$€£¥₹]|://|www\.|\.(?:com|org|net|io|dev|ai|edu|gov|app|co|uk|de|fr)\b"
+    r"[\d@&#×½⅓⅔¼¾⅛$€£¥₹]|://|www\.|\.(?:com|org|net|io|dev|ai|edu|gov|app|co|uk|de|fr)\b"
     rf"|(?<![\w.])(?:{_ABBR_ALT}|St\b)"
 )
 
@@ -355,8 +360,8 @@ def _time_ampm(m: re.Match[str], _: str) -> str | None:
 
 
 def _money(m: re.Match[str], _: str) -> str:
-    neg, sym, amount = _sub(m, 1), _sub(m, 2), _sub(m, 3)
-    scale = (_sub(m, 4) or _sub(m, 5)).lower()
+    neg, sym, amount = _sub(m, 1) or _sub(m, 3), _sub(m, 2), _sub(m, 4)
+    scale = (_sub(m, 5) or _sub(m, 6)).lower()
     one, many, cent, cents = _CURRENCY[sym]
     prefix = "minus " if neg else ""
     if scale:
@@ -466,14 +471,15 @@ def _fraction(m: re.Match[str], _: str) -> str | None:
 _VULGAR: Final = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅛": (1, 8)}
 
 
-def _vulgar(m: re.Match[str], _: str) -> str | None:
+def _vulgar(m: re.Match[str], text: str) -> str | None:
     frac = _fraction_words(*_VULGAR[_sub(m, 2)])
     if frac is None:
         return None
     whole = _sub(m, 1)
     if whole:
         return f"{number(whole)} and {frac}"
-    return (" " if m.group().startswith(" ") else "") + frac
+    after_fraction = m.start() > 0 and text[m.start() - 1] in _VULGAR
+    return (" " if m.group().startswith(" ") or after_fraction else "") + frac
 
 
 def _range(m: re.Match[str], _: str) -> str:
@@ -481,7 +487,11 @@ def _range(m: re.Match[str], _: str) -> str:
 
 
 def _year_after(m: re.Match[str], _: str) -> str:
-    return _sub(m, 1) + " " + year(int(_sub(m, 2)))
+    spoken = _sub(m, 1) + " " + year(int(_sub(m, 2)))
+    end = _sub(m, 3)
+    if end:  # a range of years: ``from 2020-2021``, ``in 1990–95``
+        spoken += " to " + year(int(_sub(m, 2)[:2] + end if len(end) == 2 else end))
+    return spoken
 
 
 def _number(m: re.Match[str], _: str) -> str:

@@ -9,6 +9,7 @@ hyphens and British "and").
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Final
 
 __all__ = ["MONTHS", "cardinal", "digits", "ordinal", "year"]
@@ -64,6 +65,8 @@ _TENS: Final = [
     "ninety",
 ]
 _SCALES: Final = (
+    (10**18, "quintillion"),
+    (10**15, "quadrillion"),
     (10**12, "trillion"),
     (10**9, "billion"),
     (10**6, "million"),
@@ -79,7 +82,7 @@ _ORD_IRREGULAR: Final = {
     "twelve": "twelfth",
 }
 #: Above this, numbers are read digit by digit.
-MAX_CARDINAL: Final = 10**15 - 1
+MAX_CARDINAL: Final = 10**21 - 1
 
 
 def _below_thousand(n: int) -> str:
@@ -148,5 +151,15 @@ def year(n: int) -> str:
 
 
 def digits(text: str) -> str:
-    """Each digit as a word: ``"007"`` -> ``zero zero seven``."""
-    return " ".join(_ONES[int(ch)] for ch in text if ch.isdigit())
+    """Each digit as a word: ``"007"`` -> ``zero zero seven``.
+
+    Any character with a digit value counts, in any script and form: ``٣``
+    and ``３`` are three, a superscript ``²`` and a circled ``①`` are two and
+    one (``str.isdigit`` is true for them, ``int`` refuses them); other
+    characters are skipped."""
+    words: list[str] = []
+    for ch in text:
+        value = unicodedata.digit(ch, None)
+        if value is not None:
+            words.append(_ONES[value])
+    return " ".join(words)

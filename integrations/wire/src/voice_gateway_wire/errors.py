@@ -30,6 +30,7 @@ ERROR_STATUS: Final[dict[str, int]] = {
     "listener_silent": 408,
     "engine_refused": 400,
     "invalid_ssml": 400,
+    "not_found": 404,
     "internal": 500,
 }
 

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-#: the protocol major version this package speaks
-PROTOCOL_MAJOR = 1
+#: the protocol major versions this package speaks.  2.0.0 changed only what
+#: ``session.close`` means (it finishes what was flushed before the close);
+#: the plugins never send it: they stop by closing the socket, which stops
+#: the gateway's work at once under both, and barge in with ``cancel``
+PROTOCOL_MAJORS = (1, 2)
+#: the newest of them
+PROTOCOL_MAJOR = PROTOCOL_MAJORS[-1]
 #: frames sent by the gateway; 20 ms is its recommended low-latency frame
 FRAME_MS = 20
 
@@ -19,13 +24,14 @@ class ProtocolMismatch(Exception):
 
 def check_protocol_version(created: dict[str, Any]) -> str:
     """The server's ``protocol_version``, or ``ProtocolMismatch`` when its
-    major version is not the one this plugin speaks."""
+    major version is not one this plugin speaks."""
     version = str(created.get("protocol_version", ""))
     major = version.split(".", 1)[0]
-    if not major.isdigit() or int(major) != PROTOCOL_MAJOR:
+    if not major.isdigit() or int(major) not in PROTOCOL_MAJORS:
+        spoken = " or ".join(f"{m}.x" for m in PROTOCOL_MAJORS)
         raise ProtocolMismatch(
             f"the gateway speaks protocol {version or 'unknown'}; this plugin speaks"
-            f" {PROTOCOL_MAJOR}.x: upgrade the plugin or the gateway"
+            f" {spoken}: upgrade the plugin or the gateway"
         )
     return version
 
