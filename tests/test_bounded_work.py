@@ -208,3 +208,35 @@ async def test_http_alias_is_spoken_in_bounded_items(piper_server: RunningServer
     rate = int(response.headers.get("x-sample-rate", 24_000))
     assert len(response.content) / 2 / rate > 20  # both aliases read: > 20 s
     assert _largest_item(piper_server) <= piper_server.settings.piper.max_item_phonemes
+
+
+async def test_a_canary_speaks_beside_the_http_star_body(piper_server: RunningServer) -> None:
+    """Reproducer 3: ``("*a " * 7000)[:19990]`` posted over HTTP (espeak
+    reads each ``*`` as "asterisk": 1,301 phonemes a segment on main, one
+    encoder call of seconds each) while a WebSocket canary speaks: the
+    canary is spoken while the response streams, and no item passes the
+    bound.  The response is closed once the canary is done."""
+    started = asyncio.Event()
+    body = {"input": ("*a " * 7000)[:19990], "voice": "joe", "response_format": "pcm"}
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+
+    async def neighbour(done: asyncio.Event) -> int:
+        size = 0
+        async with httpx.AsyncClient(timeout=300) as client:
+            url = piper_server.http + "/v1/audio/speech"
+            async with client.stream("POST", url, json=body, headers=headers) as response:
+                assert response.status_code == 200
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    started.set()
+                    if done.is_set():
+                        break
+        return size
+
+    done = asyncio.Event()
+    task = asyncio.create_task(neighbour(done))
+    canary_s = await _canary_first_audio(piper_server, started)
+    done.set()
+    size = await task
+    assert canary_s > 0 and size > 0
+    assert 0 < _largest_item(piper_server) <= piper_server.settings.piper.max_item_phonemes
