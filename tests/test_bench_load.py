@@ -51,7 +51,8 @@ def test_defaults_of_the_load_scenarios() -> None:
     assert args.http_levels == "1,4,10,16" and args.http_requests == 24
     assert args.overload_sessions == 40 and args.overload_addresses >= 2
     assert set(DEFAULT_SCENARIOS) < set(SCENARIOS)
-    assert {"http-load", "overload"} == set(SCENARIOS) - set(DEFAULT_SCENARIOS)
+    assert {"http-load", "overload", "hostile"} == set(SCENARIOS) - set(DEFAULT_SCENARIOS)
+    assert args.hostile_phase_s == 24 and args.hostile_every_s == 3 and args.hostile_rounds == 2
 
 
 def test_rss_of_this_process() -> None:
@@ -87,3 +88,32 @@ async def test_overload_reports_how_long_each_refusal_waited_in_the_queue(
     refused = [line for line in lines if line["kind"] == "overload_session" and line["busy"]]
     assert all(300 <= line["queue_waited_ms"] < 3000 for line in refused)
     assert summary["busy_queue_waited_ms"]["n"] == 2
+
+
+def test_the_hostile_verdict_checks_the_issue_targets() -> None:
+    """``hostile``'s verdict (issue 28): hostile p95 within x1.5 + 150 ms of
+    benign, no gap over 100 ms, RSS within idle + 300 MB, no item over the
+    bound."""
+    from gateway.bench.hostile import neighbour_inputs, verdict
+
+    def phase(p95: float, gap: float, idle: float, peak: float, item: float | None) -> dict:
+        return {
+            "canary_first_audio_ms": {"p95": p95},
+            "canary_max_gap_ms": gap,
+            "rss_idle_mib": idle,
+            "rss_peak_mib": peak,
+            "largest_work_item": item,
+            "canary_errors": 0,
+        }
+
+    ok = verdict(phase(200, 50, 600, 700, 150), phase(450, 90, 600, 890, 199), 200)
+    assert ok["first_audio_ok"] and ok["gap_ok"] and ok["rss_ok"] and ok["work_item_ok"]
+    bad = verdict(phase(200, 50, 600, 700, 150), phase(451, 101, 600, 901, 201), 200)
+    assert not (bad["first_audio_ok"] or bad["gap_ok"] or bad["rss_ok"] or bad["work_item_ok"])
+    unknown = verdict(phase(200, 50, 600, 700, None), phase(300, 50, 600, 700, None), None)
+    assert unknown["work_item_ok"] is None  # a server that exports no bound
+    # the benign twin reads as long as the hostile text expands to
+    benign, hostile = neighbour_inputs("benign"), neighbour_inputs("hostile")
+    assert benign.keys() == hostile.keys() == {"alias", "numbers", "http"}
+    assert set(hostile["alias"][1]) == {"qq"} and not benign["alias"][1]
+    assert abs(len(benign["http"][0]) - 19916) < 100
