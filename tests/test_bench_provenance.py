@@ -37,7 +37,7 @@ def test_help_lists_every_scenario() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert len(SCENARIOS) == 6
+    assert len(SCENARIOS) == 7
     for name in SCENARIOS:
         assert f"\n  {name} " in done.stdout, name
 
