@@ -277,7 +277,8 @@ async def test_a_vllm_restart_fails_the_segment_and_the_session_goes_on(
     idle_vllm: VllmServer, snac_folder: Path, offline: OfflineReference
 ) -> None:
     """vLLM is killed mid-segment: that segment fails with a stable error code
-    (``internal``, partial audio, ``sentence_skipped``), the session stays
+    (``internal``, partial audio, ``discard``: vllm-omni 0.30's action for a
+    sentence whose partial audio the client drops), the session stays
     open, and once vLLM is back the next text is spoken in full."""
     with orpheus_server(idle_vllm, snac_folder, idle_timeout_s=600.0) as server:
         async with await open_ws(server.ws_url) as ws:
@@ -293,7 +294,7 @@ async def test_a_vllm_restart_fails_the_segment_and_the_session_goes_on(
             assert [e["code"] for e in errors] == ["internal"]
             assert errors[0]["fatal"] is False
             assert errors[0]["partial_audio"] is True
-            assert errors[0]["action"] == "sentence_skipped"
+            assert errors[0]["action"] == "discard"
             assert "127.0.0.1" not in errors[0]["message"]  # no addresses in errors
             assert failed.of("audio.done")[0]["error"] is True
             started = time.monotonic()
