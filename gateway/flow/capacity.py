@@ -218,7 +218,8 @@ async def follow(
         if limit != before:
             log.info(
                 "admission: door %d -> %d sessions (capacity %.1f streams, share %.2f,"
-                " %d admitted, %d speaking, %d waiting, slack p10 %s)",
+                " %d admitted, %d speaking, %d waiting, slack p10 %s; last %.2f s:"
+                " %d of %d items late, busiest thread %.2f s)",
                 before,
                 limit,
                 controller.capacity,
@@ -227,5 +228,9 @@ async def follow(
                 talking,
                 gate.depth,
                 "n/a" if controller.slack_p10 is None else f"{controller.slack_p10 * 1000:.0f} ms",
+                TICK_S,
+                lateness.late,
+                lateness.finished,
+                lateness.busy_s,
             )
             gate.set_limit(limit)

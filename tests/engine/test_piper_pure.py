@@ -199,6 +199,8 @@ def test_deadline_worker_counts_work_late_because_it_waited_behind_other_work() 
         _drain(worker)
         first = worker.take_lateness()
         assert (first.finished, first.late) == (2, 0)
+        # its slack is not load either: only the drain signal's (due never) is kept
+        assert [x for x in first.slack_s if math.isfinite(x)] == []
         gate = threading.Event()
         worker.put(_Recorder(0.0, [], gate))  # holds the thread
         now = time.monotonic()
@@ -210,6 +212,10 @@ def test_deadline_worker_counts_work_late_because_it_waited_behind_other_work() 
         second = worker.take_lateness()
         assert (second.finished, second.late) == (4, 1)
         assert second.busy_s >= 0.1  # the held item ran for the whole wait
+        # the door's signal: the late item's slack is negative, the early one's
+        # about a minute; the held item (late text, did not wait) is left out
+        slack = sorted(x for x in second.slack_s if math.isfinite(x))
+        assert len(slack) == 2 and slack[0] < 0 and 59 < slack[1] <= 60
         assert worker.take_lateness() == Lateness()  # taken: counted once
     finally:
         worker.close()
