@@ -463,7 +463,7 @@ class Session:
             ahead = self._ahead_s(ctx, now)
             # an early cut commits text: without a slot for it, the text
             # waits in the segmenter (for more text, a flush or a free slot)
-            if self._slot_refusal(ctx.utterance) is None:
+            if self._slot_refusal() is None:
                 self._enqueue(ctx, [c.text for c in ctx.policy.poll(now, ahead)])
             self._arm_segment_timer(ctx, now, self._ahead_s(ctx, now))
 
@@ -476,7 +476,7 @@ class Session:
             )
         ctx = self._context(cid)
         utt = ctx.utterance
-        self._check_slot(utt, "this text was not accepted")
+        self._check_slot("this text was not accepted")
         if utt is None:
             utt = self._start_utterance(ctx)
         if utt.accepted_chars + len(text) > self.settings.max_utterance_chars:
@@ -617,17 +617,17 @@ class Session:
         capacity follower counts admitted sessions that speak)."""
         return bool(self._holding or self._waiting)
 
-    def _slot_refusal(self, utt: Utterance | None) -> str | None:
+    def _slot_refusal(self) -> str | None:
         """Why a commit could not be admitted or wait at the door now (None: it can)."""
         if self._door is not None:
             return None
         return self.admission.refusal()
 
-    def _check_slot(self, utt: Utterance | None, what: str) -> None:
+    def _check_slot(self, what: str) -> None:
         """Refuse (``busy``) text of a session that is not admitted when the
         door is closed and its queue full (or the server drains): that text
         could not be committed."""
-        refusal = self._slot_refusal(utt)
+        refusal = self._slot_refusal()
         if refusal is not None:
             raise self._busy(refusal, what)
 
@@ -760,7 +760,6 @@ class Session:
             return ctx
         if ctx.policy.buffered.strip():
             self._check_slot(
-                ctx.utterance,
                 f"{'input.done' if done else 'input.flush'} was not applied (the text stays"
                 " buffered)",
             )
