@@ -30,8 +30,10 @@ The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``
 (``gateway.flow.budget``), passed to the engine with each streamed segment:
 the engine reserves a chunk before decoding it and this module releases it
 once the chunk's frames are written, so a session whose sends are held
-stops decoding.  The next segment is prefetched only while the budget has
-room.  The segment about to be spoken is always submitted, so a full buffer
+stops decoding.  The job being spoken is marked ``sending``: it may always
+take one chunk while it holds nothing, a prefetched job only what fits, so
+the buffer holds at most ``max_buffered_ms`` plus one chunk per stream.  The
+next segment is prefetched only while the budget has room.  The segment about to be spoken is always submitted, so a full buffer
 never delays a context's first audio.
 
 Failures.  A ``SynthesisError`` fails its segment alone: the client gets an
@@ -586,6 +588,9 @@ class AudioStream:
             where=f"context={item.context.id} sentence={segment.index}",
             logger=self.env.log,
         )
+        # this job is the one being sent: it may take a chunk past the
+        # session buffer while it holds nothing (the prefetched jobs wait)
+        self.env.budget.sending(job)
         try:
             async with contextlib.aclosing(speaking.events()) as events:
                 async for event in events:
