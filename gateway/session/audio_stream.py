@@ -33,8 +33,9 @@ once the chunk's frames are written, so a session whose sends are held
 stops decoding.  The job being spoken is marked ``sending``: it may always
 take one chunk while it holds nothing, a prefetched job only what fits, so
 the buffer holds at most ``max_buffered_ms`` plus one chunk per stream.  The
-next segment is prefetched only while the budget has room.  The segment about to be spoken is always submitted, so a full buffer
-never delays a context's first audio.
+next segment is prefetched only while the budget has room.  The segment
+about to be spoken is always submitted, so a full buffer never delays a
+context's first audio.
 
 Failures.  A ``SynthesisError`` fails its segment alone: the client gets an
 ``error`` with the engine's code (``engine_refused`` when the engine judged
