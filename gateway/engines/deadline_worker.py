@@ -29,6 +29,20 @@ holds across them.  An engine whose items of one job must not run at once
 keeps at most one item of a job queued or running (Piper's segments queue
 their next item when the last one ran).
 
+A lane for due work.  Items are not preempted, so audio due soon that finds
+every thread busy waits for one of them to finish.  Work that is not due
+for a while (``AHEAD_S``: a stream decoding ahead of its listener, a reader
+that reads flat out, an HTTP response with its lead) may therefore hold at
+most ``threads - 1`` threads at once while work due soon has come in the
+last ``DUE_RECENT_S`` (a live stream is speaking): one thread is then
+always idle or running work that is due soon, so a listener's next chunk
+waits for at most one item of due work, never for the far-ahead work of
+other sessions (issue 28: a canary's gaps beside neighbours reading flat
+out).  Work ahead waits until a thread of its lane frees, it comes within
+``AHEAD_S`` of its due time, or no due work has come for ``DUE_RECENT_S``:
+a machine serving only work ahead (HTTP responses) uses every thread.
+With one thread there is no lane.
+
 What it must not do: run anything on the event loop, or hold a queue that can
 grow without bound: each job keeps at most one item queued here at a time, so
 the queue is bounded by the number of live jobs.
@@ -37,9 +51,9 @@ the queue is bounded by the number of live jobs.
 from __future__ import annotations
 
 import abc
+import heapq
 import itertools
 import logging
-import queue
 import threading
 import time
 from collections import deque
@@ -53,6 +67,12 @@ log = logging.getLogger(__name__)
 CONTENDED_S = 0.02
 #: slack samples kept between two ``take_lateness`` calls (the newest)
 SLACK_KEPT = 256
+#: an item due further than this ahead is work ahead: it may hold at most
+#: ``threads - 1`` threads (a live stream's next chunk is due within one
+#: chunk, 186-743 ms; an HTTP response's items 2 s ahead)
+AHEAD_S = 0.5
+#: the lane is kept while work due soon came this recently
+DUE_RECENT_S = 1.0
 
 
 class WorkItem(abc.ABC):
@@ -68,14 +88,13 @@ class WorkItem(abc.ABC):
 
 
 class DeadlineWorker:
-    """Daemon threads serving ``WorkItem``s from one priority queue."""
+    """Daemon threads serving ``WorkItem``s from one deadline-ordered queue."""
 
     def __init__(self, name: str, threads: int = 1) -> None:
         self.name = name
-        #: (due, order, queued at, item)
-        self._queue: queue.PriorityQueue[tuple[float, int, float, WorkItem | None]] = (
-            queue.PriorityQueue()
-        )
+        self._cond = threading.Condition()
+        #: (due, order, queued at, item), a heap: the earliest due first
+        self._heap: list[tuple[float, int, float, WorkItem]] = []
         self._order = itertools.count()
         self._threads = [
             threading.Thread(
@@ -83,6 +102,11 @@ class DeadlineWorker:
             )
             for i in range(max(1, threads))
         ]
+        #: threads that may run work ahead at once (one stays for due work)
+        self._ahead_lanes = max(1, len(self._threads) - 1)
+        self._ahead_running = 0
+        #: when work due soon was last queued (``time.monotonic()``)
+        self._due_seen = float("-inf")
         self._started = False
         self._closed = False
         #: threads running an item now
@@ -109,17 +133,22 @@ class DeadlineWorker:
                 thread.start()
 
     def put(self, item: WorkItem) -> None:
-        if self._closed:
-            raise RuntimeError(f"worker {self.name} is closed")
-        self._queue.put((item.due(), next(self._order), time.monotonic(), item))
+        due, now = item.due(), time.monotonic()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"worker {self.name} is closed")
+            if due - now <= AHEAD_S:
+                self._due_seen = now
+            heapq.heappush(self._heap, (due, next(self._order), now, item))
+            self._cond.notify()
 
     def active(self) -> bool:
         """Running an item or holding one (read from other threads)."""
-        return self.busy or not self._queue.empty()
+        return self.busy or bool(self._heap)
 
     def depth(self) -> int:
-        """Items waiting (not counting the one running)."""
-        return self._queue.qsize()
+        """Items waiting (not counting the ones running)."""
+        return len(self._heap)
 
     def take_lateness(self) -> Lateness:
         """Items finished since the last call and how many were late (any thread)."""
@@ -131,25 +160,47 @@ class DeadlineWorker:
         return taken
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop after the item in flight; items still queued are dropped."""
-        if self._closed:
-            return
-        self._closed = True
-        # sorts before every real item, so nothing queued runs after close;
-        # each thread puts it back for the next one
-        self._queue.put((float("-inf"), -1, 0.0, None))
+        """Stop after the items in flight; items still queued are dropped."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._heap.clear()
+            self._cond.notify_all()
         if self._started:
             deadline = time.monotonic() + timeout
             for thread in self._threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
 
+    def _next(self) -> tuple[float, float, WorkItem, bool] | None:
+        """The next item for this thread (due, queued at, item, ahead), once
+        one may run; None once closed."""
+        with self._cond:
+            while not self._closed:
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                now = time.monotonic()
+                wait_s = self._heap[0][0] - now - AHEAD_S
+                ahead = wait_s > 0
+                lane_s = self._due_seen + DUE_RECENT_S - now
+                if ahead and lane_s > 0 and self._ahead_running >= self._ahead_lanes:
+                    # every lane for work ahead is taken: wait for one to
+                    # free, for due work, for this work to come due or for
+                    # the lane to lapse
+                    self._cond.wait(min(wait_s, lane_s))
+                    continue
+                due, _, queued_at, item = heapq.heappop(self._heap)
+                self._ahead_running += ahead
+                if self._heap:
+                    self._cond.notify()  # another thread may take the next
+                return due, queued_at, item, ahead
+            return None
+
     def _serve(self) -> None:
         index = next(i for i, t in enumerate(self._threads) if t is threading.current_thread())
-        while True:
-            due, order, queued_at, item = self._queue.get()
-            if item is None:
-                self._queue.put((due, order, queued_at, item))
-                return
+        while (taken := self._next()) is not None:
+            due, queued_at, item, ahead = taken
             with self._stats_lock:
                 self.running += 1
             started = time.monotonic()
@@ -160,6 +211,10 @@ class DeadlineWorker:
             finally:
                 with self._stats_lock:
                     self.running -= 1
+                if ahead:
+                    with self._cond:
+                        self._ahead_running -= 1
+                        self._cond.notify()
             finished = time.monotonic()
             waited = started - queued_at > CONTENDED_S
             late = waited and finished > due

@@ -350,3 +350,64 @@ def test_flow_windows_are_bounded(frames: int, first: int) -> None:
     windows = plan_flow_windows(frames, first)
     assert all(w.end - w.start <= max(first, MAX_FLOW_WINDOW) for w in windows)
     assert all(w.end - w.start <= MAX_FLOW_WINDOW for w in windows[1:])
+
+
+class _Started(WorkItem):
+    """Marks when it starts, then holds its thread until released."""
+
+    def __init__(self, due: float, release: threading.Event | None = None) -> None:
+        self._due = due
+        self.started = threading.Event()
+        self.release = release
+
+    def due(self) -> float:
+        return self._due
+
+    def run(self) -> None:
+        self.started.set()
+        if self.release is not None:
+            self.release.wait(5)
+
+
+def test_work_ahead_leaves_a_thread_for_work_due_soon() -> None:
+    """A neighbour decoding far ahead of its listener (or reading flat out)
+    holds at most threads - 1 threads while a live stream speaks: the live
+    stream's next chunk, queued after the neighbour's next item, still finds
+    a thread at once instead of waiting behind it."""
+    worker = DeadlineWorker("lane", threads=2)
+    worker.start()
+    release = threading.Event()
+    try:
+        now = time.monotonic()
+        ahead = _Started(now + 60, release)
+        worker.put(ahead)
+        assert ahead.started.wait(5)
+        live = _Started(now)  # a live chunk due now: a thread is free
+        worker.put(live)
+        assert live.started.wait(5)
+        queued_ahead = _Started(now + 60, release)
+        worker.put(queued_ahead)  # would take the free thread and hold it
+        assert not queued_ahead.started.wait(0.2)  # the lane for work ahead is taken
+        next_live = _Started(time.monotonic())
+        worker.put(next_live)
+        assert next_live.started.wait(1)  # not behind the neighbour's item
+    finally:
+        release.set()
+        worker.close()
+
+
+def test_work_ahead_uses_every_thread_when_nothing_is_due_soon() -> None:
+    """HTTP responses alone (every item due its lead ahead) keep both threads
+    busy: the lane is held only while live work comes."""
+    worker = DeadlineWorker("http", threads=2)
+    worker.start()
+    release = threading.Event()
+    try:
+        now = time.monotonic()
+        items = [_Started(now + 60, release) for _ in range(2)]
+        for item in items:
+            worker.put(item)
+        assert all(item.started.wait(5) for item in items)
+    finally:
+        release.set()
+        worker.close()
