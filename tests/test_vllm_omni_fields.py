@@ -413,6 +413,29 @@ def test_030_body_off_its_defaults_with_an_unknown_field(piper_server: RunningSe
     assert starts == sorted(starts) and words[-1]["end_ms"] <= len(audio) * 1000 / rate + 1
 
 
+#: one sentence over Piper's ``max_item_phonemes`` (200): spoken as several work items
+LONG_SENTENCE = (
+    "The old lighthouse stood at the edge of the cliff for a hundred years and every night"
+    " its lamp turned slowly over the dark water while sailors far away counted the flashes"
+    " and knew where the rocks were and the keeper climbed the stairs with oil and a lantern."
+)
+
+
+def test_030_word_timestamps_of_a_sentence_spoken_in_pieces(piper_server: RunningServer) -> None:
+    """A sentence cut into work items times its later pieces' words from the
+    sentence's start (``WordTimings``' contract), once: every word in order,
+    inside the audio."""
+    body = {"input": LONG_SENTENCE, "voice": "joe", "response_format": "pcm", "stream": False}
+    response = _post(piper_server, {**body, "word_timestamps": True})
+    assert response.status_code == 200, response.text
+    words = json.loads(response.headers["x-word-timestamps"])
+    assert _bare([w["word"] for w in words]) == _bare(LONG_SENTENCE.split())
+    audio_ms = len(response.content) // 2 * 1000 / 24000
+    for before, after in itertools.pairwise(words):
+        assert before["start_ms"] <= before["end_ms"] <= after["start_ms"] + 1, (before, after)
+    assert words[-1]["end_ms"] <= audio_ms + 1
+
+
 def test_030_long_word_timestamps_are_omitted_with_a_marker(piper_server: RunningServer) -> None:
     text = " ".join(["Words and more words to read aloud."] * 40)
     body = {"input": text, "voice": "joe", "response_format": "pcm", "stream": False}

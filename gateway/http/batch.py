@@ -17,15 +17,20 @@ total characters, and the type of every ``input`` (one that is not a
 string makes the character count meaningless, so the whole batch is
 refused with the code the single endpoint gives: ``invalid_message``, with
 the item's path as msgspec words it).  An item's own mistake or failure is
-that item's ``error``; the others still run.  Items wait (as long as
-needed) for a slot of ``max_http_streams`` (``GatewayState.http_admission``,
-the shared admission queue) and at most ``batch_concurrency`` run at once.
+that item's ``error``; the others still run.  Keys that no field names are
+ignored and named, as a single request's are: every one by its path in
+``X-Ignored-Fields`` (``temperature``, ``items[1].top_p``), and in each
+result's ``ignored_fields`` the ones its request carried (``ignored_keys``).
+Items wait (as long as needed) for a slot of ``max_http_streams``
+(``GatewayState.http_admission``, the shared admission queue) and at most
+``batch_concurrency`` run at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import itertools
 import json
 import math
@@ -50,12 +55,19 @@ from gateway.http.errors import (
     internal_error,
     read_body,
 )
-from gateway.http.plan import SpeechPlan, decode_body, make_plan
+from gateway.http.plan import (
+    BODY_FIELDS,
+    IGNORED_FIELDS_HEADER,
+    SpeechPlan,
+    decode_body,
+    ignored_fields_header,
+    make_plan,
+)
 from gateway.http.response import SpeechResponse
 from gateway.http.sse import usage
 from gateway.http.synthesis import encoded_audio
 from gateway.protocol import too_deep
-from gateway.session.validation import invalid_message
+from gateway.session.validation import invalid_message, named_fields, unknown_fields
 
 _batch_ids = itertools.count(1)
 
@@ -111,6 +123,22 @@ def batch_items(raw: bytes, max_items: int, max_chars: int) -> tuple[list[Any], 
     return items, doc
 
 
+def ignored_keys(items: list[Any], defaults: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """A batch's keys that no field names: every one by its path (a shared
+    default by its name, an item's as ``items[i].name``), and for each item
+    the names its request carries (the shared defaults', then its own; none
+    for an item that is not an object, which is never spoken)."""
+    shared = unknown_fields(list(defaults), BODY_FIELDS)
+    paths = list(shared)
+    per_item: list[list[str]] = []
+    for index, item in enumerate(items):
+        own = unknown_fields(list(item), BODY_FIELDS) if isinstance(item, dict) else []
+        paths += [f"items[{index}].{name}" for name in own]
+        merged = [*shared, *(n for n in own if n not in shared)]
+        per_item.append(merged if isinstance(item, dict) else [])
+    return paths, per_item
+
+
 @dataclass(frozen=True)
 class _Spoken:
     data: bytes
@@ -146,6 +174,16 @@ class ItemResult:
     plan: SpeechPlan | None = None
     spoken: _Spoken | None = None
     error: GatewayError | None = None
+    #: the keys of its request that no field names (ignored)
+    ignored: tuple[str, ...] = ()
+
+
+def with_ignored(result: ItemResult, answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` with ``ignored_fields`` when its request had unknown keys
+    (left out otherwise, as 0.30 leaves out its None fields)."""
+    if result.ignored:
+        answer["ignored_fields"] = named_fields(result.ignored)
+    return answer
 
 
 async def _item(
@@ -185,7 +223,7 @@ def gateway_result(result: ItemResult) -> dict[str, Any]:
 
 
 def gateway_answer(results: list[ItemResult]) -> dict[str, Any]:
-    data = [gateway_result(r) for r in results]
+    data = [with_ignored(r, gateway_result(r)) for r in results]
     ok = sum(1 for r in data if r["status"] == "ok")
     return {"object": "list", "succeeded": ok, "failed": len(data) - ok, "data": data}
 
@@ -221,7 +259,8 @@ def omni_result(result: ItemResult) -> dict[str, Any]:
 
 def omni_answer(results: list[ItemResult]) -> dict[str, Any]:
     """vllm-omni 0.30's ``BatchSpeechResponse``."""
-    items = [omni_result(r) for r in results]
+    # 0.30's model ignores the keys it does not declare (``ignored_fields`` too)
+    items = [with_ignored(r, omni_result(r)) for r in results]
     ok = sum(1 for r in items if r["status"] == "success")
     return {
         "id": f"speech-batch-{uuid.uuid4().hex}",
@@ -251,6 +290,7 @@ async def _batch(
         items, defaults = batch_items(raw, settings.max_batch_items, settings.max_batch_chars)
     except GatewayError as exc:
         return error_response(exc, state)
+    paths, ignored = ignored_keys(items, defaults)
     if default_format is not None:
         defaults.setdefault("response_format", default_format)
     concurrency = asyncio.Semaphore(settings.batch_concurrency)
@@ -261,14 +301,16 @@ async def _batch(
             return ItemResult(index, error=error)
         # an item's null leaves the shared default in place (0.30's merge)
         given = {k: v for k, v in item.items() if v is not None or k == "input"}
-        return await _item(request, index, {**defaults, **given}, concurrency)
+        result = await _item(request, index, {**defaults, **given}, concurrency)
+        return dataclasses.replace(result, ignored=tuple(ignored[index]))
 
     async def body() -> AsyncGenerator[bytes, None]:
         results = await asyncio.gather(*(run(i, item) for i, item in enumerate(items)))
         yield json.dumps(answer(list(results))).encode()
 
+    headers = {IGNORED_FIELDS_HEADER: ignored_fields_header(paths)} if paths else {}
     return SpeechResponse(
-        body(), media_type="application/json", headers={}, state=state, whole=True
+        body(), media_type="application/json", headers=headers, state=state, whole=True
     )
 
 

@@ -15,6 +15,7 @@ Pure but for the voice lookup (``resolve_voice`` may read the voice store).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from gateway.session.validation import (
     check_speed_honoured,
     check_vllm_fields,
     invalid_config,
+    named_fields,
     references_to_ref_audio,
     unknown_fields,
 )
@@ -109,6 +111,15 @@ class SpeechBody(msgspec.Struct, kw_only=True):
 #: the keys a speech body may have (``references`` is read into ``ref_audio``
 #: and ``ref_text`` first)
 BODY_FIELDS: frozenset[str] = frozenset({*SpeechBody.__struct_fields__, "references"})
+
+#: the response header naming the body's ignored keys (a batch's by path)
+IGNORED_FIELDS_HEADER = "X-Ignored-Fields"
+
+
+def ignored_fields_header(names: list[str]) -> str:
+    """``X-Ignored-Fields``'s value: the names as JSON strings (any key fits a
+    header, escaped to ASCII), comma-separated, bounded by ``named_fields``."""
+    return ", ".join(json.dumps(n) for n in named_fields(names))
 
 
 @dataclass(frozen=True)

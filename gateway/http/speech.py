@@ -55,10 +55,15 @@ from gateway.http.errors import (
     internal_error,
     read_body,
 )
-from gateway.http.plan import SpeechPlan, decode_request, make_plan
+from gateway.http.plan import (
+    IGNORED_FIELDS_HEADER,
+    SpeechPlan,
+    decode_request,
+    ignored_fields_header,
+    make_plan,
+)
 from gateway.http.response import SpeechResponse
 from gateway.http.synthesis import encoded_audio
-from gateway.session.validation import named_fields
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +75,6 @@ _request_ids = itertools.count(1)
 CLIENT_CLOSED = 499
 
 
-#: the body's keys that no field names, ignored (``validation.ignored_fields_message``)
-IGNORED_FIELDS_HEADER = "X-Ignored-Fields"
 #: vllm-omni 0.30's word timings of a whole file, and its marker when they
 #: would make the header too large for common proxies
 WORD_TIMESTAMPS_HEADER = "X-Word-Timestamps"
@@ -83,9 +86,8 @@ def _headers(plan: SpeechPlan, ignored: list[str]) -> dict[str, str]:
     headers = {SAMPLE_RATE_HEADER: str(plan.sample_rate), "Cache-Control": "no-store"}
     if plan.response_format == "pcm":
         headers["X-Audio-Encoding"] = "pcm_s16le"
-    if ignored:
-        # names as JSON strings: any key fits a header, escaped to ASCII
-        headers[IGNORED_FIELDS_HEADER] = ", ".join(json.dumps(n) for n in named_fields(ignored))
+    if ignored:  # the body's keys that no field names, ignored
+        headers[IGNORED_FIELDS_HEADER] = ignored_fields_header(ignored)
     return headers
 
 

@@ -155,13 +155,15 @@ async def synthesize(
                 sent += pause.size
                 yield pause
             segment = SegmentAudio(job, resampler, where=f"{label} segment {index}")
+            # every WordTimings of the segment (one per work item of a long
+            # one) is timed from the segment's start, not from where it comes
+            start_ms = sent * 1000 / plan.sample_rate
             async with contextlib.aclosing(segment.events()) as events:
                 async for event in events:
                     if isinstance(event, Audio) and event.samples.size:
                         sent += event.samples.size
                         yield event.samples
                     elif isinstance(event, WordTimings) and words is not None:
-                        start_ms = sent * 1000 / plan.sample_rate
                         words.extend(
                             {
                                 "word": w.text,

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.engines.base import WordTiming
 from gateway.engines.upstream.wire import (
     Done,
     Event,
@@ -31,6 +32,7 @@ from gateway.engines.upstream.wire import (
     UpstreamAudioFormat,
     UpstreamFailure,
     WireError,
+    word_timings,
 )
 
 RATE = 24000
@@ -276,3 +278,42 @@ def test_malformed_bodies_raise(
 ) -> None:
     with pytest.raises(WireError):
         decode(stream, fmt, [body])
+
+
+# --- X-Word-Timestamps (a whole file's words, vllm-omni 0.30) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [
+        (None, None),  # no header (0.30's oversize marker is another header)
+        ("[]", ()),
+        (
+            '[{"word": "Hi", "start_ms": 0, "end_ms": 120.5}, {"word": "there", "start_ms": 130,'
+            ' "end_ms": 400}]',
+            (WordTiming("Hi", 0.0, 120.5), WordTiming("there", 130.0, 400.0)),
+        ),
+        ('[{"word": "caf\\u00e9", "start_ms": 1, "end_ms": 2}]', (WordTiming("café", 1, 2),)),
+    ],
+)
+def test_word_timings(header: str | None, words: tuple[WordTiming, ...] | None) -> None:
+    assert word_timings(header) == words
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "not json",
+        '{"word": "Hi"}',
+        '["Hi"]',
+        '[{"word": "Hi", "start_ms": 5, "end_ms": 1}]',
+        '[{"word": "Hi", "start_ms": -1, "end_ms": 1}]',
+        '[{"word": "Hi", "start_ms": true, "end_ms": 1}]',
+        '[{"word": 3, "start_ms": 0, "end_ms": 1}]',
+        '[{"word": "Hi", "start_ms": 0}]',
+        '[{"word": "Hi", "start_ms": 0, "end_ms": 1e400}]',
+    ],
+)
+def test_word_timings_of_another_shape_are_a_wire_error(header: str) -> None:
+    with pytest.raises(WireError):
+        word_timings(header)

@@ -7,11 +7,14 @@ from __future__ import annotations
 import base64
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import httpx
+import pytest
 
 from gateway.engines.base import Capabilities, EngineStream, StreamRequest
 from gateway.engines.synthetic import SyntheticEngine
+from gateway.http.batch import ignored_keys
 from gateway.settings import Settings
 from tests.conftest import RunningServer, run_server
 from tests.conftest import test_settings as make_settings
@@ -127,3 +130,33 @@ def test_batch_keeps_instructions_language_and_clone_fields() -> None:
     assert batched.instructions == direct.instructions == "Whisper it."
     assert batched.language == direct.language == "en-US"
     assert dict(batched.options) == dict(direct.options) == clone
+
+
+@pytest.mark.parametrize(
+    ("defaults", "items", "paths", "per_item"),
+    [
+        ({"voice": "joe"}, [{"input": "a"}], [], [[]]),
+        (  # a shared default's name; an item's by its path; its request carries both
+            {"temperature": 1},
+            [{"input": "a"}, {"input": "b", "top_p": None}],
+            ["temperature", "items[1].top_p"],
+            [["temperature"], ["temperature", "top_p"]],
+        ),
+        (  # an item repeating a shared unknown key: named by both paths, once per item
+            {"temperature": 1},
+            [{"input": "a", "temperature": 2}],
+            ["temperature", "items[0].temperature"],
+            [["temperature"]],
+        ),
+        (  # an item that is not an object is never spoken: it carries nothing
+            {"seedz": 1},
+            ["text", {"input": "b", "references": None}],
+            ["seedz"],
+            [[], ["seedz"]],
+        ),
+    ],
+)
+def test_ignored_keys(
+    defaults: dict[str, Any], items: list[Any], paths: list[str], per_item: list[list[str]]
+) -> None:
+    assert ignored_keys(items, defaults) == (paths, per_item)

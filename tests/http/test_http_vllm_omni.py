@@ -186,6 +186,43 @@ def test_batch_in_vllm_omni_shape(piper_server: RunningServer) -> None:
     assert bad["code"] == "unknown_voice"
     # the item's speed overrode the batch's
     assert fast["usage"]["output_tokens"] < 0.7 * first["usage"]["output_tokens"]
+    # nothing unknown, nothing named
+    assert "x-ignored-fields" not in response.headers
+    assert all("ignored_fields" not in r for r in results)
+
+
+@pytest.mark.parametrize("route", ["/v1/audio/speech/batch", "/v1/audio/speech/batch/gateway"])
+def test_batch_names_its_unknown_fields(piper_server: RunningServer, route: str) -> None:
+    """A batch's unknown keys are ignored and named, as a single request's
+    are: every path in ``X-Ignored-Fields`` (a shared default by its name,
+    an item's as ``items[i].name``), and each result's ``ignored_fields``
+    lists the keys ignored when speaking it (the shared defaults' and its
+    own, a null one included).  They change nothing else."""
+    body = {
+        "voice": "joe",
+        "temperature": 0.7,
+        "items": [
+            {"input": "One."},
+            {"input": "Two.", "top_p": 0.9, "temperature": 0.2},
+            {"input": "Three.", "voice": "nobody", "top_k": None},
+            "not an object",
+        ],
+    }
+    response = httpx.post(piper_server.http + route, json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-ignored-fields"] == (
+        '"temperature", "items[1].top_p", "items[1].temperature", "items[2].top_k"'
+    )
+    doc = response.json()
+    results = doc.get("results", doc.get("data"))
+    assert [r.get("ignored_fields") for r in results] == [
+        ["temperature"],
+        ["temperature", "top_p"],
+        ["temperature", "top_k"],
+        None,
+    ]
+    assert [r["status"] != "error" for r in results] == [True, True, False, False]
+    assert (doc["succeeded"], doc["failed"]) == (2, 2)
 
 
 def test_batch_over_32_items_is_refused(piper_server: RunningServer) -> None:

@@ -26,6 +26,10 @@ engine's job).
   first byte.
 * A replica's own error text (an SSE error event) is passed on
   ``redact_text``-ed: no URLs, credentials or keys.
+* A whole-file request (``stream: false``, the engine's way of asking for
+  vllm-omni 0.30's word timestamps) is read as a raw audio body; its
+  ``X-Word-Timestamps`` reach the sink just before its first audio, so an
+  attempt that fails before any audio (and is retried) delivers none.
 
 Errors never carry the replica's URL with credentials, an API key or a
 traceback: ``pool.Replica.name`` is the redacted URL.
@@ -43,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.audio.resample import StreamResampler
+from gateway.engines.base import WordTiming
 from gateway.engines.pool.failover import (
     Attempt,
     BoundExceeded,
@@ -57,9 +62,11 @@ from gateway.engines.upstream.wire import (
     Format,
     ResponseDecoder,
     Samples,
+    StreamFormat,
     UpstreamFailure,
     WireError,
     check_headers,
+    word_timings,
 )
 
 
@@ -71,6 +78,10 @@ class Sink(Protocol):
 
     def deliver(self, samples: npt.NDArray[np.float32]) -> bool:
         """Hand over audio at the segment's rate; False: stop."""
+
+    def timings(self, words: tuple[WordTiming, ...]) -> None:
+        """Hand over one request's word timings (ms from its audio's start),
+        before its first audio."""
 
 
 @dataclass
@@ -125,7 +136,15 @@ class UpstreamClient(ReplicaClient):
         if len(tried) == len(self.bases):
             tried = frozenset()  # nobody listed it: let the upstreams answer
         cap = self.audio_cap(body)
-        await failover(self, body, lambda: _Relay(rate, sink, self.settings, cap), WORDING, tried)
+        # a whole file (word timestamps) is a raw body, whatever the section streams
+        stream_format: StreamFormat = (
+            "audio" if body.get("stream") is False else self.settings.stream_format
+        )
+
+        def relay() -> _Relay:
+            return _Relay(rate, sink, self.settings, cap, stream_format)
+
+        await failover(self, body, relay, WORDING, tried)
 
     def audio_cap(self, body: Mapping[str, Any]) -> float:
         """Seconds of audio the segment of ``body`` may have."""
@@ -144,16 +163,25 @@ class _Relay(Exchange[Relayed]):
     wire_error = WireError
     body = "speech audio"
 
-    def __init__(self, rate: int, sink: Sink, settings: UpstreamSettings, cap_s: float) -> None:
+    def __init__(
+        self,
+        rate: int,
+        sink: Sink,
+        settings: UpstreamSettings,
+        cap_s: float,
+        stream_format: StreamFormat,
+    ) -> None:
         super().__init__(Relayed())
         self.settings = settings
         self.cap_s = cap_s
         self.first: FirstByte | None = None
         self.rate = rate
         self.sink = sink
-        self.decoder = ResponseDecoder(settings.stream_format, settings.response_format)
+        self.decoder = ResponseDecoder(stream_format, settings.response_format)
         self.response_format = settings.response_format
-        self.stream_format = settings.stream_format
+        self.stream_format = stream_format
+        #: the body's word timings, handed over with its first audio
+        self.words: tuple[WordTiming, ...] | None = None
         self.failure: UpstreamFailure | None = None
         self.problem: str | None = None  #: why the body ended early, if it did
         self._resampler: StreamResampler | None = None
@@ -165,6 +193,7 @@ class _Relay(Exchange[Relayed]):
             response.headers.get("x-sample-rate"),
             self.stream_format,
         )
+        self.words = word_timings(response.headers.get("x-word-timestamps"))
         if declared and self.response_format == "pcm":
             await self.handle(Format(declared, 1))
         async for piece in response.aiter_raw():
@@ -219,7 +248,12 @@ class _Relay(Exchange[Relayed]):
         room = await self.sink.room(seconds)
         if first is not None:
             first.resume()
-        if not room or not self.sink.deliver(samples):
+        if not room:
+            return False
+        if self.words is not None:  # before the audio they time
+            self.sink.timings(self.words)
+            self.words = None
+        if not self.sink.deliver(samples):
             return False
         self.result.delivered += seconds
         if first is not None and self.settings.min_delivery_rate > 0:

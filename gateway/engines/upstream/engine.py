@@ -18,14 +18,19 @@ segment's task; the read in progress ends and the response's connection is
 closed, which is how the upstream learns to stop (vllm-omni aborts the
 request on disconnect).
 
-The engine declares no alignment: an upstream without word timestamps gets
-none invented.  ``instructions``, ``language`` and the cloning fields
-(``ref_audio``, ``ref_text``) are sent only when the ``[upstream]`` section
-declares the upstream supports them.  Voices are the ones the replicas list
-(``GET /v1/audio/voices``, merged; a voice only some replicas hold is routed
-to those), else ``upstream.voices``.  With ``upstream.cloning``, voices
-uploaded through the gateway are copied to every replica and reconciled
-when one returns (``voices.VoiceCopies``), and spoken by name.
+Word timings come only from the upstream, never invented: with
+``upstream.word_timestamps`` a segment whose stream asks for alignment is
+one whole-file request with vllm-omni 0.30's ``word_timestamps: true`` (its
+HTTP API times words only on a whole file), whose ``X-Word-Timestamps``
+become the segment's ``WordTimings`` before its audio; without it the engine
+declares no alignment.  ``seed``, ``instructions``, ``language`` and the
+cloning fields (``ref_audio``, ``ref_text``) are sent only when the
+``[upstream]`` section declares the upstream supports them.  Voices are the
+ones the replicas list (``GET /v1/audio/voices``, merged; a voice only some
+replicas hold is routed to those), else ``upstream.voices``.  With
+``upstream.cloning``, voices uploaded through the gateway are copied to
+every replica and reconciled when one returns (``voices.VoiceCopies``), and
+spoken by name.
 
 What it must not do: invent timings, retry a segment after part of its audio
 was delivered, or log URLs with credentials or the API key.
@@ -49,6 +54,8 @@ from gateway.engines.base import (
     EngineStream,
     StreamRequest,
     VoiceInfo,
+    WordTiming,
+    WordTimings,
 )
 from gateway.engines.delivery import DeliveredJob, wait_for_room
 from gateway.engines.pool.engine import PoolEngine, PoolStream
@@ -82,17 +89,34 @@ _LANGUAGE_NAMES = {
 
 
 class JobSink:
-    """A ``client.Sink`` over one ``DeliveredJob``: room from the shared
-    delivery machinery (look-ahead bound and budget), chunks delivered to it."""
+    """A ``client.Sink`` over one ``DeliveredJob`` (one segment, whatever
+    number of requests it takes): room from the shared delivery machinery
+    (look-ahead bound and budget), chunks and word timings delivered to it."""
 
-    def __init__(self, job: DeliveredJob) -> None:
+    def __init__(self, job: DeliveredJob, rate: int) -> None:
         self.job = job
+        self.rate = rate
+        #: samples of the segment delivered so far (a later request's start)
+        self.delivered = 0
 
     async def room(self, seconds: float) -> bool:
         return await wait_for_room(self.job, seconds)
 
     def deliver(self, samples: npt.NDArray[np.float32]) -> bool:
-        return self.job.chunk(samples)
+        if not self.job.chunk(samples):
+            return False
+        self.delivered += samples.size
+        return True
+
+    def timings(self, words: Sequence[WordTiming]) -> None:
+        """One request's words (from its audio's start), before its audio:
+        timed from the segment's start, as ``WordTimings`` are."""
+        shift = self.delivered * 1000 / self.rate
+        self.job.timings(
+            WordTimings(
+                tuple(WordTiming(w.word, w.start_ms + shift, w.end_ms + shift) for w in words)
+            )
+        )
 
 
 class UpstreamStream(PoolStream["UpstreamEngine"]):
@@ -110,10 +134,11 @@ class UpstreamStream(PoolStream["UpstreamEngine"]):
     async def _run(self, job: DeliveredJob, bodies: list[dict[str, Any]], rate: int) -> None:
         t0 = time.perf_counter()
         client = self.engine.client
+        sink = JobSink(job, rate)
         for body in bodies:
             self.engine.record_work_item(len(str(body["input"])))
             done = await self.engine.run_segment(
-                job, self.request.label, client.speak(body, rate, JobSink(job))
+                job, self.request.label, client.speak(body, rate, sink)
             )
             if done is None:
                 return
@@ -305,7 +330,8 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
         languages = dict.fromkeys([*self.config.languages, *(v.language for v in voices)])
         return Capabilities(
             sample_rates=rates,
-            alignment=False,
+            alignment=self.config.word_timestamps,
+            seed=self.config.seed,
             cloning=self.config.cloning,
             instructions=self.config.instructions,
             speed=self.config.stream_speed,
@@ -371,6 +397,14 @@ class UpstreamEngine(PoolEngine[UpstreamClient]):
             body["speed"] = request.speed
         if config.instructions and request.instructions:
             body["instructions"] = request.instructions
+        if config.seed and request.seed is not None:
+            body["seed"] = request.seed
+        if config.word_timestamps and request.alignment:
+            # vllm-omni 0.30 times words only on a whole file (a stream with
+            # word_timestamps is its 400): one file, its words in a header
+            body["stream"] = False
+            del body["stream_format"]
+            body["word_timestamps"] = True
         if config.send_language and request.language:
             # vllm-omni's spelling: the language's name ("English"), not its tag;
             # the session only lets through the voice's own language

@@ -37,6 +37,14 @@ class UpstreamSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
     #: with native speed control); vllm-omni 0.30 refuses any other speed
     #: than 1.0 on a stream, so without it ``speed`` is ``unsupported_option``
     stream_speed: bool = False
+    #: the upstream takes vllm-omni 0.30's ``seed`` (another gateway; a
+    #: vllm-omni model): forwarded, and the engine declares ``seed``
+    seed: bool = False
+    #: the upstream gives vllm-omni 0.30's ``X-Word-Timestamps`` on a whole
+    #: file (another gateway; vllm-omni launched with ``--forced-aligner``):
+    #: a segment whose stream asks for word timings is then one whole-file
+    #: request (``stream: false``, ``word_timestamps: true``), not a stream
+    word_timestamps: bool = False
     #: send ``language`` with each request (vllm-omni's Qwen3-TTS takes it)
     send_language: bool = False
     #: send ``sample_rate`` (the voice's native rate) so the upstream does not

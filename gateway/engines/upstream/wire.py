@@ -26,6 +26,11 @@ inside the WAV header, inside an SSE line or its base64):
   an end marker.  The base64 payloads concatenated are a PCM or
   WAV byte stream decoded as above.
 
+A whole file (``stream: false``, asked for with vllm-omni 0.30's
+``word_timestamps: true``) is read as ``stream_format: "audio"``: a sized
+WAV or raw PCM; its ``X-Word-Timestamps`` header (``[{"word", "start_ms",
+"end_ms"}]``, ms from the start of its audio) is read by ``word_timings``.
+
 Before the body, the response's headers are checked (``check_headers``): a
 ``Content-Type`` that is not audio (a proxy's ``text/html`` error page, a
 ``200`` JSON error) or an ``X-Sample-Rate`` outside ``MIN_RATE`` to
@@ -50,10 +55,13 @@ import json
 import re
 import struct
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
+
+from gateway.engines.base import WordTiming
 
 StreamFormat = Literal["audio", "sse"]
 #: the audio format the relay asks an upstream server for (its request's
@@ -147,6 +155,37 @@ def check_headers(
             f"X-Sample-Rate {raw[:20]!r} is not a rate from {MIN_RATE} to {MAX_RATE} Hz"
         )
     return int(raw)
+
+
+#: a time in a file's audio: at most a day (a number JSON writes as 1e400 is not one)
+_Ms = Annotated[float, msgspec.Meta(ge=0, le=86_400_000)]
+
+
+class _Word(msgspec.Struct):
+    """One entry of ``X-Word-Timestamps`` (other keys ignored)."""
+
+    word: str
+    start_ms: _Ms
+    end_ms: _Ms
+
+
+_words_decoder = msgspec.json.Decoder(list[_Word])
+
+
+def word_timings(header: str | None) -> tuple[WordTiming, ...] | None:
+    """vllm-omni 0.30's ``X-Word-Timestamps`` (``[{"word", "start_ms",
+    "end_ms"}]``, ms from the start of the file's audio): the words, or None
+    without the header (0.30 replaces one over 4 KB by
+    ``X-Word-Timestamps-Omitted``).  ``WireError`` when it is not that shape."""
+    if header is None:
+        return None
+    try:
+        entries = _words_decoder.decode(header)
+    except msgspec.DecodeError as exc:
+        raise WireError(f"X-Word-Timestamps is not [{{word, start_ms, end_ms}}]: {exc}") from None
+    if any(w.end_ms < w.start_ms for w in entries):
+        raise WireError("an X-Word-Timestamps entry ends before it starts")
+    return tuple(WordTiming(w.word, w.start_ms, w.end_ms) for w in entries)
 
 
 # --- PCM -----------------------------------------------------------------------------
