@@ -67,7 +67,7 @@ from gateway.engines.pool.engine import PoolEngine, PoolStream
 from gateway.errors import SettingsError
 
 if TYPE_CHECKING:
-    from gateway.engines.orpheus.decoder import DecodeWorker
+    from gateway.engines.orpheus.decoder import DecodeStream, DecodeWorker
     from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -134,8 +134,21 @@ class OrpheusStream(PoolStream["OrpheusEngine"]):
         seed = next(engine.seeds)  # the keyed noise's, recorded for offline comparison
         job.stats.extra["noise_seed"] = float(seed)
         stream = engine.worker.open(job, seed=seed)
+        try:
+            await self._items(job, voice, pieces, stream)
+        except asyncio.CancelledError:  # cancelled between requests (a prompt): drop it too
+            stream.abort()
+            raise
+
+    async def _items(
+        self, job: DeliveredJob, voice: str, pieces: list[str], stream: DecodeStream
+    ) -> None:
+        """Each piece's completion into ``stream``, in order; ends the
+        stream (or the job, on a failure or a stop)."""
+        engine = self.engine
+        assert engine.prompts is not None
         tokens = 0
-        started = time.perf_counter()
+        generate_ms = 0.0
         for index, piece in enumerate(pieces):
             if index:
                 stream.next_item()
@@ -150,12 +163,14 @@ class OrpheusStream(PoolStream["OrpheusEngine"]):
             job.stats.add_stage("prompt_ms", (time.perf_counter() - t0) * 1e3)
             body = engine.completion_body(prompt, piece)
             engine.record_work_item(len(piece))
+            t0 = time.perf_counter()
             done = await engine.run_segment(
                 job, self.request.label, engine.client.generate(body, stream), stream.abort
             )
             if done is None:
                 return
             (result,) = done
+            generate_ms += (time.perf_counter() - t0) * 1e3
             tokens += result.tokens
             if result.stopped:
                 stream.abort()
@@ -166,7 +181,7 @@ class OrpheusStream(PoolStream["OrpheusEngine"]):
                     self.request.label,
                     body["max_tokens"],
                 )
-        job.stats.extra["generate_ms"] = (time.perf_counter() - started) * 1e3
+        job.stats.extra["generate_ms"] = generate_ms
         job.stats.extra["tokens"] = float(tokens)
         job.stats.extra["items"] = float(len(pieces))
         stream.end()  # the worker flushes the look-ahead and finishes the job
