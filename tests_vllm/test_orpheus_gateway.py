@@ -35,10 +35,18 @@ import soundfile as sf
 from gateway.engines.orpheus.codes import SAMPLES_PER_FRAME
 from gateway.engines.orpheus.completions import CompletionStream, Tokens
 from gateway.engines.orpheus.engine import OrpheusEngine
+from gateway.vocoders.snac_stream import decode_offline
 from tests.conftest import RunningServer, run_server
 from tests.helpers import Transcript, open_ws, recv_until, send, serve_process
+from tests.http.helpers import metric
 from tests.rawws import RawClient
-from tests_vllm.conftest import OfflineReference, VllmServer, orpheus_section, orpheus_settings
+from tests_vllm.conftest import (
+    OfflineReference,
+    VllmServer,
+    orpheus_section,
+    orpheus_settings,
+    snr_db,
+)
 from tests_vllm.tiny_orpheus import TinyOrpheus
 
 WS_CONFIG: dict[str, Any] = {
@@ -163,6 +171,67 @@ async def test_a_streamed_reply_streams_audio_equal_to_the_offline_decode(
     sizes = {size for stream in arrivals.values() for size in stream}
     print("token ids per event:", sorted(sizes))
     assert {1, 3, 7} <= sizes
+
+
+#: one sentence of three clauses (each >= 26 characters, so each item's
+#: max_tokens allows the whole chain), over a 50-character item bound
+LONG_SENTENCE = (
+    "The river ran wide and slow past the mill,"
+    " the children watched the boats drift by,"
+    " and nobody wanted the summer to end."
+)
+
+
+async def test_a_long_segment_is_spoken_whole_in_items_within_the_bound(
+    idle_vllm: VllmServer,
+    snac_folder: Path,
+    offline: OfflineReference,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bounded work per item: with ``orpheus.max_item_chars`` 50, a
+    125-character segment is three completions of at most 50 characters
+    each, in order, whose audio is one sentence equal to SNAC's offline
+    decode of the three chains in a row (nothing lost at the seams); the
+    bound is in ``session.created.limits`` and the largest item in
+    ``gateway_engine_work_item_max``.  ``speed`` 1.5 is refused (Orpheus
+    has no rate control: a session's config is refused whole)."""
+    asked: list[str] = []
+    body = OrpheusEngine.completion_body
+
+    def recording(self: OrpheusEngine, prompt: Any, text: str) -> dict[str, object]:
+        asked.append(text)
+        return body(self, prompt, text)
+
+    monkeypatch.setattr(OrpheusEngine, "completion_body", recording)
+    with orpheus_server(idle_vllm, snac_folder, {"max_item_chars": 50}) as server:
+        async with await open_ws(server.ws_url) as ws:
+            await ws.recv()
+            await send(ws, type="session.config", **WS_CONFIG, speed=1.5)
+            refused = json.loads(await ws.recv())
+            assert refused["type"] == "error" and refused["code"] == "unsupported_option"
+            assert "`speed` 1.5" in refused["message"]
+        async with await open_ws(server.ws_url) as ws:
+            created = json.loads(await ws.recv())
+            assert created["limits"]["max_work_item"] == 50
+            assert created["limits"]["work_item_unit"] == "characters"
+            config = {**WS_CONFIG, "split_granularity": "none"}  # one segment
+            await send(ws, type="session.config", **config)
+            await send(ws, type="input.text", text=LONG_SENTENCE)
+            await send(ws, type="input.done")
+            transcript = await recv_until(ws, Transcript(), limit_s=240)
+        largest = await asyncio.to_thread(metric, server.http, "gateway_engine_work_item_max")
+    assert transcript.of("error") == []
+    [(start, audio)] = segments(transcript)
+    assert start["sentence_text"] == LONG_SENTENCE
+    assert len(asked) == 3 and " ".join(asked) == LONG_SENTENCE
+    assert all(len(text) <= 50 for text in asked)
+    assert largest == max(len(text) for text in asked) == 42  # the longest clause
+    chains = offline.frames * 3
+    assert audio.size == len(chains) * SAMPLES_PER_FRAME
+    expected = decode_offline(offline.model, chains, "keyed", 1)
+    snr = snr_db(expected, audio)
+    print(f"three items as one stream vs the offline decode of three chains: {snr:.1f} dB")
+    assert snr >= 60
 
 
 async def test_cancel_aborts_the_vllm_requests_within_a_second(

@@ -243,3 +243,38 @@ async def test_a_segment_without_frames_fails(worker: DecodeWorker) -> None:
     stream.end()
     await asyncio.wait_for(reader.task, 10)
     assert reader.error is not None and "no speech" in str(reader.error)
+
+
+async def test_a_segment_of_several_generations_decodes_as_one_stream(
+    model: torch.nn.Module, worker: DecodeWorker
+) -> None:
+    """Bounded work per item: a long segment is several completions into one
+    decode stream (``next_item`` between them).  The audio is the offline
+    decode of every item's frames in a row: nothing lost or flushed at the
+    seams.  The first item ends with ``<end_of_speech>`` and a stray token
+    after it, the second mid-frame (``max_tokens``): neither ends the stream
+    or shifts the next item's frames."""
+    items = [frames_of(21, 7), frames_of(22, 5), frames_of(23, 6)]
+    sent = [
+        [*tokens_of(items[0]), END_OF_SPEECH, *tokens_of(items[0][:1])],
+        [*tokens_of(items[1]), *tokens_of(items[2][:1])[:4]],  # a partial frame
+        tokens_of(items[2]),
+    ]
+    job = Job("items")
+    reader = Reader(job)
+    stream = worker.open(job, seed=9)
+    rng = random.Random(8)
+    for index, tokens in enumerate(sent):
+        if index:
+            stream.next_item()
+        await feed(stream, tokens, rng)
+    stream.end()
+    await asyncio.wait_for(reader.task, 60)
+    assert reader.error is None
+    frames = [frame for item in items for frame in item]
+    expected = decode_offline(model, frames, noise="keyed", seed=9)
+    got = reader.audio()
+    assert got.size == 2048 * len(frames)
+    assert snr_db(expected, got) >= 60
+    assert job.stats.extra["frames"] == len(frames)
+    assert job.stats.extra["dropped_tokens"] == 4  # the second item's partial frame

@@ -116,6 +116,27 @@ def test_capabilities_voices_and_requests(folders: tuple[Path, Path]) -> None:
     assert engine.completion_body([1] * 150, "Hello there.")["max_tokens"] == 50
 
 
+def test_orpheus_declares_its_item_bound_and_refuses_speed(folders: tuple[Path, Path]) -> None:
+    """Bounded work per item: at most ``max_item_chars`` characters per
+    completion (lowered by a short served context); and no rate control, so
+    ``speed`` is not declared (a client's 1.5 is refused, not ignored)."""
+    tokenizer, snac = folders
+    engine = create_engine(settings(tokenizer=str(tokenizer), snac=str(snac)))
+    assert isinstance(engine, OrpheusEngine)
+    caps = engine.capabilities
+    assert caps.max_work_item == 600 and caps.work_item_unit == "characters"
+    assert caps.speed is False
+    engine.context_len = 2048  # vLLM's --max-model-len 2048
+    assert engine.capabilities.max_work_item == engine.item_chars == 140
+    text = ", ".join(f"clause number {i} of a long sentence" for i in range(12)) + "."
+    pieces = engine.work_items(text, engine.item_chars)
+    assert len(pieces) > 1 and " ".join(pieces) == text
+    assert all(len(piece) <= 140 for piece in pieces)
+    assert all(piece.endswith((",", ".")) for piece in pieces)  # cut between clauses
+    small = create_engine(settings(tokenizer=str(tokenizer), snac=str(snac), max_item_chars=50))
+    assert small.capabilities.max_work_item == 50
+
+
 def test_the_section_from_the_environment() -> None:
     loaded = load_settings(
         environ={
@@ -142,6 +163,7 @@ def test_the_section_from_the_environment() -> None:
         ({"GATEWAY_ORPHEUS_TOP_P": "0"}, r"orpheus\.top_p"),
         ({"GATEWAY_ORPHEUS_VOICES": ""}, r"orpheus\.voices must not be empty"),
         ({"GATEWAY_ORPHEUS_NOISE": "random"}, r"orpheus\.noise"),
+        ({"GATEWAY_ORPHEUS_MAX_ITEM_CHARS": "49"}, r"orpheus\.max_item_chars must be >= 50"),
         ({"GATEWAY_UPSTREAM_MAX_PER_REPLICA": "0"}, r"upstream\.max_per_replica must be >= 1"),
     ],
 )

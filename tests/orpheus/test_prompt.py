@@ -1,7 +1,7 @@
 """The prompt of a segment, built with a real tokenizer loaded offline by
 ``transformers.AutoTokenizer`` from a folder written here (a small byte-level
-BPE made with ``tokenizers``; nothing downloaded), and the ``max_tokens``
-formula."""
+BPE made with ``tokenizers``; nothing downloaded), the ``max_tokens``
+formula and the item bound it gives (``item_chars``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from gateway.engines.orpheus.prompt import PromptBuilder, TokenizerError, max_tokens
+from gateway.engines.orpheus.prompt import (
+    PROMPT_TOKENS,
+    PromptBuilder,
+    TokenizerError,
+    item_chars,
+    max_tokens,
+    speech_tokens,
+)
 from gateway.engines.orpheus.tokens import (
     END_OF_HUMAN,
     END_OF_TEXT,
@@ -91,3 +98,32 @@ def test_max_tokens_grows_with_the_text_and_covers_a_slow_speaker() -> None:
         previous = limit
         # a slow speaker (0.1 s per character) fits with room to spare
         assert limit >= 7 * (chars * 0.1 * 24000 / 2048)
+
+
+@pytest.mark.parametrize(
+    ("limit", "context", "spc", "cap", "expected"),
+    [
+        (600, None, 0.15, 8192, 600),  # the default: 7,525 tokens, within the cap
+        (600, 16384, 0.15, 8192, 600),
+        (600, 8192, 0.15, 8192, 600),  # 7,525 + 600 + 32 = 8,157: fits
+        (600, 4096, 0.15, 8192, 294),
+        (600, 2048, 0.15, 8192, 140),  # vLLM serving with --max-model-len 2048
+        (600, 300, 0.15, 8192, 50),  # no usable context: the floor
+        (600, None, 0.2, 8192, 490),  # a slower pace: the cap would cut 600
+        (600, None, 0.15, 4096, 321),  # a lower cap
+        (50, 100, 0.15, 8192, 50),  # the floor is the limit where that is lower
+        (60, 100, 0.15, 8192, 50),
+    ],
+)
+def test_item_chars_keeps_an_item_within_the_cap_and_the_context(
+    limit: int, context: int | None, spc: float, cap: int, expected: int
+) -> None:
+    got = item_chars(limit, context, spc, 140, cap)
+    assert got == expected
+    if got > 50:  # above the floor, the largest that fits
+        for chars, fits in ((got, True), (got + 1, False)):
+            tokens = speech_tokens(chars, spc, 140)
+            within = tokens <= cap and (
+                context is None or tokens + chars + PROMPT_TOKENS <= context
+            )
+            assert within is fits or (chars > limit and not fits)

@@ -26,6 +26,10 @@ waits too, so the HTTP read stops and TCP holds vLLM back.  A stalled
 listener therefore holds at most ``max_pending`` frames, the chunks the
 delivery bound allows and the session's budget.
 
+A segment may be several generations (bounded work per item, the
+engine's ``max_item_chars``): ``next_item()`` between them keeps one
+decode stream, so the audio is continuous across the seam.
+
 The end: ``end()`` (the generation finished) lets the worker decode what is
 pending, flush the decoder's look-ahead (``SnacBatch.finish``: the last
 4757 samples) and finish the job; ``abort()`` (cancel, a failed generation)
@@ -112,6 +116,16 @@ class DecodeStream:
             self._room = room
         await room
         return not (self.gone or self.job.finished)
+
+    def next_item(self) -> None:
+        """One generation of the segment is complete and the next follows
+        (a segment over ``orpheus.max_item_chars`` is several completions):
+        its partial frame is dropped, ``<end_of_speech>`` no longer ends the
+        stream, and the next generation's frames continue the same decode,
+        so the audio runs on across the seam (its look-ahead is released by
+        the next frames, not flushed)."""
+        self.mapper.finish()
+        self._speech_over = False
 
     def end(self) -> None:
         """The generation is complete: decode the rest, flush, finish the job."""

@@ -5,6 +5,11 @@ submitted segment starts at once, as a task on the event loop (so a segment
 the speaker submits ahead is generated while the previous one plays, within
 the session's budget):
 
+0. its engine text cut into items of at most ``item_chars`` characters
+   (``orpheus.max_item_chars``, bounded work per item; ``PoolEngine.
+   work_items``), each its own completion (steps 1 and 2), one after
+   another, all feeding the segment's one decode stream (step 3), so the
+   audio runs on across the seams;
 1. its prompt (``prompt.PromptBuilder``: the model's tokenizer, in a worker
    thread) and ``max_tokens`` (``prompt.max_tokens``);
 2. one streamed ``POST /v1/completions`` to a vLLM replica of the pool
@@ -25,7 +30,9 @@ session goes on with the next one.
 
 Capabilities: 24 kHz, no alignment (Orpheus gives no word timings and none
 are invented), no cloning, no instructions; the voices are
-``orpheus.voices``.  ``speed`` is not honoured (Orpheus has no rate control).
+``orpheus.voices``.  ``speed`` is not declared (Orpheus has no rate
+control), so a speed other than 1.0 is refused.  ``max_work_item`` is
+``item_chars`` characters.
 
 What it must not do: load models in ``__init__``, decode on the event loop,
 retry after a token arrived, download anything.
@@ -53,14 +60,14 @@ from gateway.engines.delivery import DeliveredJob
 from gateway.engines.orpheus.client import CompletionsClient
 from gateway.engines.orpheus.codes import SAMPLE_RATE
 from gateway.engines.orpheus.completions import Sampling, completion_body
-from gateway.engines.orpheus.prompt import PromptBuilder, max_tokens
+from gateway.engines.orpheus.prompt import PromptBuilder, item_chars, max_tokens
 from gateway.engines.orpheus.settings import OrpheusSettings
 from gateway.engines.orpheus.tags import EMOTION_TAGS
 from gateway.engines.pool.engine import PoolEngine, PoolStream
 from gateway.errors import SettingsError
 
 if TYPE_CHECKING:
-    from gateway.engines.orpheus.decoder import DecodeWorker
+    from gateway.engines.orpheus.decoder import DecodeStream, DecodeWorker
     from gateway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -116,41 +123,67 @@ class OrpheusStream(PoolStream["OrpheusEngine"]):
     def segment(self, job: DeliveredJob, voice: VoiceInfo) -> Coroutine[Any, Any, None]:
         if self.engine.worker is None or self.engine.prompts is None:
             raise SynthesisError("the orpheus engine is not started")
-        return self._run(job, voice.name)
+        # bounded work per item: a segment longer than the item bound is
+        # several completions, one after another, decoded as one stream
+        pieces = self.engine.work_items(job.text, self.engine.item_chars)
+        return self._run(job, voice.name, pieces)
 
-    async def _run(self, job: DeliveredJob, voice: str) -> None:
+    async def _run(self, job: DeliveredJob, voice: str, pieces: list[str]) -> None:
         engine = self.engine
         assert engine.worker is not None and engine.prompts is not None
-        t0 = time.perf_counter()
-        try:
-            prompt = await asyncio.to_thread(engine.prompts.ids, voice, job.text)
-        except Exception as exc:  # the tokenizer failed: this segment fails alone
-            log.warning("orpheus prompt failed (%s): %r", self.request.label, exc)
-            job.fail("the segment's text could not be tokenized")
-            return
-        job.stats.add_stage("prompt_ms", (time.perf_counter() - t0) * 1e3)
-        body = engine.completion_body(prompt, job.text)
         seed = next(engine.seeds)  # the keyed noise's, recorded for offline comparison
         job.stats.extra["noise_seed"] = float(seed)
         stream = engine.worker.open(job, seed=seed)
-        t0 = time.perf_counter()
-        done = await engine.run_segment(
-            job, self.request.label, engine.client.generate(body, stream), stream.abort
-        )
-        if done is None:
-            return
-        (result,) = done
-        job.stats.extra["generate_ms"] = (time.perf_counter() - t0) * 1e3
-        job.stats.extra["tokens"] = float(result.tokens)
-        if result.stopped:
+        try:
+            await self._items(job, voice, pieces, stream)
+        except asyncio.CancelledError:  # cancelled between requests (a prompt): drop it too
             stream.abort()
-            return
-        if result.finish_reason == "length":
-            log.info(
-                "orpheus segment (%s) reached max_tokens (%d): cut",
-                self.request.label,
-                body["max_tokens"],
+            raise
+
+    async def _items(
+        self, job: DeliveredJob, voice: str, pieces: list[str], stream: DecodeStream
+    ) -> None:
+        """Each piece's completion into ``stream``, in order; ends the
+        stream (or the job, on a failure or a stop)."""
+        engine = self.engine
+        assert engine.prompts is not None
+        tokens = 0
+        generate_ms = 0.0
+        for index, piece in enumerate(pieces):
+            if index:
+                stream.next_item()
+            t0 = time.perf_counter()
+            try:
+                prompt = await asyncio.to_thread(engine.prompts.ids, voice, piece)
+            except Exception as exc:  # the tokenizer failed: this segment fails alone
+                log.warning("orpheus prompt failed (%s): %r", self.request.label, exc)
+                stream.abort()
+                job.fail("the segment's text could not be tokenized")
+                return
+            job.stats.add_stage("prompt_ms", (time.perf_counter() - t0) * 1e3)
+            body = engine.completion_body(prompt, piece)
+            engine.record_work_item(len(piece))
+            t0 = time.perf_counter()
+            done = await engine.run_segment(
+                job, self.request.label, engine.client.generate(body, stream), stream.abort
             )
+            if done is None:
+                return
+            (result,) = done
+            generate_ms += (time.perf_counter() - t0) * 1e3
+            tokens += result.tokens
+            if result.stopped:
+                stream.abort()
+                return
+            if result.finish_reason == "length":
+                log.info(
+                    "orpheus segment (%s) reached max_tokens (%d): cut",
+                    self.request.label,
+                    body["max_tokens"],
+                )
+        job.stats.extra["generate_ms"] = generate_ms
+        job.stats.extra["tokens"] = float(tokens)
+        job.stats.extra["items"] = float(len(pieces))
         stream.end()  # the worker flushes the look-ahead and finishes the job
 
 
@@ -195,6 +228,15 @@ class OrpheusEngine(PoolEngine[CompletionsClient]):
         self.prompts, self.worker = await asyncio.to_thread(self._load)
         await self.start_probes()
         self.context_len = await self._context_len()
+        if self.item_chars < self.config.max_item_chars:
+            log.warning(
+                "orpheus: an item carries at most %d characters, not orpheus.max_item_chars"
+                " (%d): max_tokens_cap (%d) or the served context (%s tokens) holds no more",
+                self.item_chars,
+                self.config.max_item_chars,
+                self.config.max_tokens_cap,
+                self.context_len,
+            )
         log.info(
             "orpheus: vLLM %s; SNAC on %s, noise %s",
             self.replicas_ready(),
@@ -274,6 +316,25 @@ class OrpheusEngine(PoolEngine[CompletionsClient]):
             typical_first_chunk_s=_TYPICAL_PREFILL_S + FIRST_AUDIO_TOKENS / _TYPICAL_TOKENS_PER_S,
             # the model's emotion tags pass the text front-end verbatim
             markup_tags=EMOTION_TAGS,
+            # Orpheus has no rate control: a speed other than 1.0 is refused,
+            # not ignored
+            speed=False,
+            max_work_item=self.item_chars,
+            work_item_unit="characters",
+        )
+
+    @property
+    def item_chars(self) -> int:
+        """The most characters one completion carries: ``max_item_chars``,
+        lowered where ``max_tokens_cap`` or the served model's context would
+        cut an item that long (``prompt.item_chars``)."""
+        config = self.config
+        return item_chars(
+            config.max_item_chars,
+            self.context_len,
+            config.seconds_per_char,
+            config.max_tokens_base,
+            config.max_tokens_cap,
         )
 
     # --- requests ---------------------------------------------------------------------

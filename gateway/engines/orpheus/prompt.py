@@ -23,6 +23,15 @@ audio, and never more than ``max_tokens_cap``::
 So a 100-character sentence may run to 140 + 7 * 176 = 1372 tokens (15 s of
 audio) before vLLM stops it (``finish_reason: "length"``).
 
+``item_chars``: the most characters one completion may carry (bounded work
+per item): ``orpheus.max_item_chars``, lowered where ``max_tokens_cap`` or
+the served model's context (vLLM's ``max_model_len``) would cut the speech
+of that many characters: their ``max_tokens`` before the cap must be within
+the cap, and the prompt and ``max_tokens`` within the context.  The prompt
+is counted as at most one token per character plus ``PROMPT_TOKENS``
+(English text tokenizes to about one token per four characters).  So an
+item within the bound is never cut short by either.
+
 What it must not do: run on the event loop for long texts (the engine calls
 ``PromptBuilder.ids`` in a worker thread), or know about HTTP.
 """
@@ -36,16 +45,53 @@ from typing import Any
 from gateway.engines.orpheus.codes import FRAME_TOKENS, SAMPLE_RATE, SAMPLES_PER_FRAME
 from gateway.engines.orpheus.tokens import prompt_ids, voice_text
 
+#: the prompt's tokens besides its text's: the special tokens of the layout,
+#: ``<|begin_of_text|>`` and ``"{voice}: "`` (with room for a long voice name)
+PROMPT_TOKENS = 32
+#: the fewest characters an item bound goes down to for a short context
+#: (below it ``max_tokens`` is cut by the context instead)
+MIN_ITEM_CHARS = 50
+
 
 class TokenizerError(RuntimeError):
     """The tokenizer folder cannot be used."""
 
 
-def max_tokens(chars: int, seconds_per_char: float, base: int, cap: int) -> int:
-    """The generation bound of a segment of ``chars`` characters (see above)."""
+def speech_tokens(chars: int, seconds_per_char: float, base: int) -> int:
+    """``max_tokens`` of ``chars`` characters before the cap (see above)."""
     seconds = max(0, chars) * seconds_per_char
     frames = math.ceil(seconds * SAMPLE_RATE / SAMPLES_PER_FRAME)
-    return min(cap, base + FRAME_TOKENS * frames)
+    return base + FRAME_TOKENS * frames
+
+
+def max_tokens(chars: int, seconds_per_char: float, base: int, cap: int) -> int:
+    """The generation bound of a segment of ``chars`` characters (see above)."""
+    return min(cap, speech_tokens(chars, seconds_per_char, base))
+
+
+def item_chars(
+    limit: int, context_len: int | None, seconds_per_char: float, base: int, cap: int
+) -> int:
+    """The most characters one completion carries: ``limit``, or less where
+    ``cap`` would cut the speech of that many characters or ``context_len``
+    (None: not known) cannot hold their prompt and ``max_tokens``; never
+    under ``MIN_ITEM_CHARS`` (or ``limit``, if that is lower)."""
+
+    def fits(chars: int) -> bool:
+        tokens = speech_tokens(chars, seconds_per_char, base)
+        if tokens > cap:
+            return False
+        return context_len is None or tokens + chars + PROMPT_TOKENS <= context_len
+
+    floor = min(limit, MIN_ITEM_CHARS)
+    low, high = floor, limit  # the largest n in [floor, limit] that fits, else floor
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 class PromptBuilder:

@@ -54,6 +54,14 @@ class OrpheusSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
     seconds_per_char: float = 0.15
     max_tokens_base: int = 140
     max_tokens_cap: int = 8192
+    #: bounded work per item: the most engine text (characters) one
+    #: completion carries; a longer segment is several completions, one after
+    #: another, decoded as one stream (``docs/engine.md``, "Bounded work per
+    #: item").  600, twice ``max_segment_chars``: ordinary text is never cut,
+    #: and its ``max_tokens`` (7,525) fits under ``max_tokens_cap`` and, with
+    #: its prompt, in an 8,192-token context.  Lowered where the cap or the
+    #: served model's context would cut an item this long (``prompt.item_chars``)
+    max_item_chars: int = 600
     #: decoded frames a segment may hold that wait for the listener's room
     #: (bounds memory for a stalled listener; the HTTP read pauses beyond it)
     max_pending_frames: int = 16
@@ -73,5 +81,6 @@ class OrpheusSettings(PoolSettings, forbid_unknown_fields=True, kw_only=True):
                     "orpheus.max_tokens_cap must be >= max_tokens_base",
                 ),
                 (self.max_pending_frames >= 1, "orpheus.max_pending_frames must be >= 1"),
+                (self.max_item_chars >= 50, "orpheus.max_item_chars must be >= 50"),
             ]
         )

@@ -34,6 +34,7 @@ from gateway.engines.delivery import DeliveredJob, DeliveryStream, LiveJobs
 from gateway.engines.pool.probe import Prober
 from gateway.engines.pool.replicas import ReplicaClient
 from gateway.engines.pool.routing import ReplicaState
+from gateway.engines.workcut import cut_text
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -61,6 +62,13 @@ class PoolEngine(Engine, Generic[_C]):
         self.live = LiveJobs()
         self.tasks: set[asyncio.Task[None]] = set()
         self._largest_item = 0  #: the longest request's engine text so far
+
+    def work_items(self, text: str, limit: int) -> list[str]:
+        """A segment's engine text as the requests it is spoken in (bounded
+        work per item): pieces of at most ``limit`` characters, cut at
+        clause, then word boundaries (``workcut.cut_text``), in order; the
+        text itself when it is within ``limit`` (or has nothing to speak)."""
+        return cut_text(text, limit, len) or [text]
 
     def record_work_item(self, size: int) -> None:
         """One request's size, in ``Capabilities.work_item_unit``."""
