@@ -94,8 +94,8 @@ def check_speed_honoured(speed: float, engine_name: str, honoured: bool) -> floa
     if speed != 1.0 and not honoured:
         raise GatewayError(
             ErrorCode.UNSUPPORTED_OPTION,
-            f"`speed` {speed} cannot be honoured by the {engine_name!r} engine (its servers"
-            " do not change the pace of a streamed response); send 1.0",
+            f"`speed` {speed} cannot be honoured by the {engine_name!r} engine (it does"
+            " not change the pace of its speech); send 1.0 or leave `speed` out",
             param="speed",
         )
     return speed

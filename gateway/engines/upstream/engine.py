@@ -63,7 +63,6 @@ from gateway.engines.pool.routing import ReplicaState
 from gateway.engines.upstream.client import UpstreamClient
 from gateway.engines.upstream.voices import VoiceCopies
 from gateway.engines.upstream.wire import Format, ResponseDecoder, WireError, check_headers
-from gateway.engines.workcut import cut_text
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -127,7 +126,7 @@ class UpstreamStream(PoolStream["UpstreamEngine"]):
     def segment(self, job: DeliveredJob, voice: VoiceInfo) -> Coroutine[Any, Any, None]:
         # bounded work per item: a segment longer than ``max_item_chars`` is
         # several requests, in order, each with its own audio cap
-        pieces = cut_text(job.text, self.engine.config.max_item_chars, len) or [job.text]
+        pieces = self.engine.work_items(job.text, self.engine.config.max_item_chars)
         bodies = [self.engine.request_body(self.request, voice, piece) for piece in pieces]
         return self._run(job, bodies, voice.sample_rate)
 
