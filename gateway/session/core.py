@@ -11,12 +11,14 @@ Audio is the exception by design: the core hands each speakable segment to
 an ``AudioStream`` (``gateway.session.audio_stream``), whose task submits it to the
 engine and writes the frames through the session's one bounded sender
 (``gateway.ws.outbound.Outbound``), in order with the events about them.  The
-core is still the one owner of the contexts, utterances and segments: a
-stream reports what it did (``StreamHost``: a segment started, word
-timings, a frame sent, a job ended, a segment finished or failed, cancelled
-audio stopped), the core updates its state and answers with the messages
-the stream sends.  To stop a stream's work the core asks the stream
-(``AudioStream.cancel``).
+core writes the text side of the contexts, utterances and segments; the
+stream alone writes their audio side, the ledger (``gateway.session.ledger``),
+which the core reads for cancel reports, ``session.done`` and the audio
+ahead of the listener.  A stream reports only the session-wide events
+(``StreamHost``: a segment left its queue, cancelled audio stopped, a
+listener went silent, the connection is gone); the core updates its state
+and answers with the messages the stream sends.  To stop a stream's work
+the core asks the stream (``AudioStream.cancel``).
 
 The reader never waits on synthesis: ``cancel`` and ``playback`` are
 handled while audio is being produced.
@@ -52,8 +54,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, assert_never
 
 from gateway import protocol
-from gateway.engines.base import Engine, SegmentStats, WordTiming
-from gateway.errors import BUSY_RETRY_AFTER_S, CloseCode, ErrorCode, GatewayError
+from gateway.engines.base import Engine
+from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import AdmissionGate, Ticket
 from gateway.flow.budget import DecodeBudget
 from gateway.session.audio_stream import AudioStream, QueuedSegment, Sender, StreamEnv
@@ -207,6 +209,7 @@ class Session:
             label=self.id,
             log=self.log,
             host=self,
+            metrics=metrics,
         )
         self.shared_stream = AudioStream(self._stream_env, "shared")
         #: a context's own stream under tagged framing
@@ -442,10 +445,11 @@ class Session:
         ahead = ctx.listener.ahead_s(now)
         for utt in ctx.open_utterances():
             for segment in utt.segments:
-                if segment.finished or utt.cancelled:
+                if segment.audio.finished or utt.cancelled:
                     continue
                 estimate = estimate_seconds(segment.engine_text, utt.config.speed)
-                sent = (utt.sent_ms - segment.start_ms) / 1000 if segment.started else 0.0
+                audio = segment.audio
+                sent = (utt.audio.sent_ms - audio.start_ms) / 1000 if audio.started else 0.0
                 ahead += max(0.0, estimate - sent)
         return ahead
 
@@ -800,114 +804,6 @@ class Session:
     # ------------------------------------------------------------------
     # what the audio streams report (``audio_stream.StreamHost``)
     # ------------------------------------------------------------------
-    def segment_started(self, item: QueuedSegment) -> list[protocol.ServerMessage]:
-        """``audio.start``: the segment's audio begins where the utterance is now."""
-        ctx, utt, segment = item.context, item.utterance, item.segment
-        utt.start_segment(segment)
-        config = utt.config
-        messages: list[protocol.ServerMessage] = []
-        if segment.refused is not None:  # malformed SSML, over budget: reported, not spoken
-            problem = segment.refused
-            messages.append(
-                protocol.Error(
-                    code=problem.code,
-                    message=f"sentence {segment.index} is not spoken: {problem.message}",
-                    context_id=ctx.id,
-                    action="sentence_skipped",
-                )
-            )
-        return [
-            *messages,
-            protocol.AudioStart(
-                context_id=ctx.id,
-                utterance_index=utt.index,
-                sentence_index=segment.index,
-                sentence_text=segment.text,
-                format=config.response_format,
-                encoding=config.encoding,
-                sample_rate=config.sample_rate,
-                context_number=ctx.number,
-                engine_text=segment.engine_text if config.debug_engine_text else None,
-            ),
-        ]
-
-    def words_timed(
-        self, item: QueuedSegment, words: tuple[WordTiming, ...]
-    ) -> list[protocol.ServerMessage]:
-        """Keep the timings (cancel reports split the text with them);
-        ``alignment`` in utterance time if the client asked for timestamps."""
-        utt, segment = item.utterance, item.segment
-        mapped = segment.set_words(words)
-        if not utt.config.timestamps or not mapped:
-            return []  # (a later piece's words all inside a client word timed already)
-        return [
-            protocol.Alignment(
-                context_id=item.context.id,
-                utterance_index=utt.index,
-                sentence_index=segment.index,
-                # on the client's words, with their offsets in its text
-                words=[
-                    protocol.WordTimestamp(
-                        word=w.text,
-                        start_ms=round(segment.start_ms + w.start_ms, 1),
-                        end_ms=round(segment.start_ms + w.end_ms, 1),
-                        char_start=segment.source_start + w.char_start,
-                        char_end=segment.source_start + w.char_end,
-                    )
-                    for w in mapped
-                ],
-            )
-        ]
-
-    async def admit(self, item: QueuedSegment, frame_ms: float) -> bool:
-        """The context's listener admits the frame (and counts it), or the
-        utterance was cancelled or the connection lost meanwhile."""
-        utt, out = item.utterance, self._stream_env.out
-        return await item.context.listener.admit(frame_ms, lambda: utt.cancelled or out.gone)
-
-    def frame_sent(self, item: QueuedSegment, samples: int) -> None:
-        utt = item.utterance
-        if utt.config.framing == "tagged":
-            item.context.sequence += 1
-        first_audio_s = utt.count_sent(samples, time.monotonic())
-        if first_audio_s is not None:
-            self.metrics.time_to_first_audio.observe(first_audio_s)
-
-    def job_ended(self, item: QueuedSegment, stats: SegmentStats) -> None:
-        item.utterance.account(stats)
-        metrics = self.metrics
-        metrics.sentences.inc()
-        if stats.extra.get("acoustic_ms"):
-            metrics.acoustic_seconds.observe(stats.extra["acoustic_ms"] / 1000)
-        if stats.first_chunk_ms:
-            metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)
-
-    def segment_finished(
-        self, item: QueuedSegment, sent_bytes: int, samples: int, failure: GatewayError | None
-    ) -> list[protocol.ServerMessage]:
-        """``audio.done`` (``error: true`` after the ``error`` of a failed
-        segment, whose code the stream chose: the engine's, or ``internal``)."""
-        ctx, utt, segment = item.context, item.utterance, item.segment
-        utt.finish_segment(segment, samples)
-        messages: list[protocol.ServerMessage] = []
-        if failure is not None:
-            messages.append(
-                protocol.Error(
-                    code=failure.code,
-                    message=failure.message,
-                    context_id=ctx.id,
-                    partial_audio=sent_bytes > 0,
-                    # vllm-omni 0.30's word when part of the sentence's audio
-                    # went out: drop it; the utterance goes on either way
-                    action="discard" if sent_bytes > 0 else "sentence_skipped",
-                    retry_after_ms=(
-                        BUSY_RETRY_AFTER_S * 1000 if failure.code is ErrorCode.BUSY else None
-                    ),
-                )
-            )
-        messages.append(utt.audio_done(ctx.id, segment, sent_bytes, error=failure is not None))
-        return messages
-
     def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
         """``session.done`` for each finished utterance of ``ctx``, in order."""
         messages: list[protocol.ServerMessage] = []
@@ -944,7 +840,7 @@ class Session:
         return [a for a in actions if not isinstance(a, Close | CloseWhenDone | AnswerVoiceRequest)]
 
     def cancelled_audio_ended(
-        self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
+        self, ctx: Context, open_segment: Segment | None, *, delivered: bool
     ) -> list[protocol.ServerMessage]:
         """The reports that waited for the last frame of cancelled audio."""
         reports, ctx.awaiting_report = ctx.awaiting_report, []
@@ -954,7 +850,7 @@ class Session:
             for utt in reports:
                 self._release_slot(utt)
             return []
-        return self._report_cancel(ctx, reports, open_segment, sent_bytes)
+        return self._report_cancel(ctx, reports, open_segment)
 
     # ------------------------------------------------------------------
     # cancel, drain, close
@@ -1014,7 +910,7 @@ class Session:
         interrupted) and the text never flushed as ``unspoken_text``."""
         self.metrics.cancels.inc()
         self._release_slot(utt)
-        return cancel_report(ctx.id, [utt], utt.flow_offset_ms + utt.sent_ms, "sent_ms")
+        return cancel_report(ctx.id, [utt], utt.flow_offset_ms + utt.audio.sent_ms, "sent_ms")
 
     def _cancel_utterances(self, ctx: Context, utterances: list[Utterance]) -> list[Action]:
         """Stop these utterances of a context: their queued segments, their
@@ -1031,19 +927,19 @@ class Session:
             # one of them is being spoken: the stream reports after its last frame
             ctx.awaiting_report.extend(utterances)
             return []
-        return list(self._report_cancel(ctx, utterances, None, 0))
+        return list(self._report_cancel(ctx, utterances, None))
 
     def _report_cancel(
         self,
         ctx: Context,
         utterances: list[Utterance],
         open_segment: Segment | None,
-        sent_bytes: int,
     ) -> list[protocol.ServerMessage]:
         position, source = ctx.listener.position(time.monotonic())
         for utt in utterances:
             self.metrics.cancels.inc()
             self._release_slot(utt)
+        sent_bytes = 0 if open_segment is None else open_segment.audio.sent_bytes
         return cancel_report(ctx.id, utterances, position, source, open_segment, sent_bytes)
 
     def begin_close(self) -> list[Action] | None:
