@@ -369,7 +369,7 @@ class AudioStream:
 
     def read_done(self) -> None:
         """A segment's reading by the front-end ended (the session core runs
-        it, ``Session._read``): it may be submitted now."""
+        it, ``gateway.session.reading.read``): it may be submitted now."""
         self.segments.prefetch()
 
     def _head_read(self) -> bool:

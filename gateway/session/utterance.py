@@ -103,8 +103,8 @@ class Utterance:
     _located: int = 0  #: end of the last segment found in ``source_text``
     _frontend_chars: int = 0  #: characters handed to the front-end so far
     #: streams: it has committed text being synthesized or queued, within its
-    #: session's ``max_streams_per_session`` (``Session._take_slot``;
-    #: committed text waiting for the door or the share is the core's ``_waiting``)
+    #: session's ``max_streams_per_session`` (``SessionDoor.take``;
+    #: committed text waiting for the door or the share is ``SessionDoor.waiting``)
     holds_slot: bool = False
     unsent_text: str = ""  #: text discarded from the segmenter by a cancel
     flow_offset_ms: float = 0.0  #: the context's sent position when this utterance began

@@ -24,10 +24,12 @@ from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
 from gateway.session import segment_events
-from gateway.session.audio_stream import AudioStream, QueuedSegment
+from gateway.session.audio_stream import QueuedSegment
 from gateway.session.cancel_report import cancel_report, heard_position
 from gateway.session.core import AnswerVoiceRequest, Close, CloseWhenDone, Session, State
+from gateway.session.endings import Endings
 from gateway.session.ledger import ContextAudio, SegmentAudio
+from gateway.session.streams import SessionStreams
 from gateway.session.utterance import Utterance
 from gateway.session.voice_requests import VoiceDesk
 from gateway.voices.store import VoiceStore
@@ -815,7 +817,7 @@ class CountingHost:
     stream makes into the core (any attribute it calls, not only those
     ``StreamHost`` declares), with the number of frames sent before it."""
 
-    def __init__(self, core: Session, out: RecordingSender) -> None:
+    def __init__(self, core: Endings, out: RecordingSender) -> None:
         self._core = core
         self._out = out
         self.calls: list[tuple[str, int]] = []
@@ -839,9 +841,9 @@ async def test_a_frame_costs_no_call_from_the_stream_into_the_core(flow_control:
     nothing per frame."""
     h = Harness()
     session = h.session
-    counting = CountingHost(session, h.out)
-    session._stream_env = dataclasses.replace(session._stream_env, host=counting)
-    session.shared_stream = AudioStream(session._stream_env, "shared")
+    counting = CountingHost(session.endings, h.out)
+    env = dataclasses.replace(session.audio_streams.env, host=counting)
+    session.audio_streams = SessionStreams(env)
     try:
         h.handle(
             protocol.SessionConfig(
