@@ -31,8 +31,10 @@ with.  What belongs to the stream itself is its queue, its utterances'
 engine streams and their resamplers (state carried across an utterance's
 segments while the next one is queued).  A stream sees its session only
 through ``StreamEnv`` and ``StreamHost``: this module imports nothing of
-``gateway.session.core``.  The segment bookkeeping (order, one-ahead
-prefetch) is ``gateway.text.queue``, shared with the HTTP API.
+``gateway.session.core``.  How a segment is spoken (its queue with the
+one-ahead prefetch, its engine job, its pauses, its audio resampled and a
+failure classified) is the delivery pipeline (``gateway.delivery``), shared
+with the HTTP API.
 
 The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``
 (``gateway.flow.budget``), passed to the engine with each streamed segment:
@@ -72,10 +74,11 @@ from gateway.audio.encoding import encode
 from gateway.audio.framing import FrameFlags, Framer, TaggedHeader, pack_header
 from gateway.audio.resample import StreamResampler
 from gateway.audio.wav import wav_bytes, wav_header
+from gateway.delivery.queue import SegmentQueue
+from gateway.delivery.segment import SegmentAudio, segment_job
 from gateway.engines.base import (
     Engine,
     EngineStream,
-    SegmentRequest,
     SegmentStats,
     StreamRequest,
     SynthesisJob,
@@ -88,9 +91,6 @@ from gateway.session import segment_events
 from gateway.session.contexts import Context
 from gateway.session.utterance import Segment, Utterance
 from gateway.text.duration import estimate_seconds
-from gateway.text.pipeline import SegmentAudio
-from gateway.text.queue import SegmentQueue
-from gateway.text.stage import SilentJob, pause_ms, pause_samples
 from gateway.ws.outbound import ConnectionGone
 
 if TYPE_CHECKING:
@@ -435,13 +435,14 @@ class AudioStream:
         utterance = item.utterance
         start = utterance.audio.first_audio_at
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
-        text = item.segment.engine_text
-        if not text.strip():  # nothing to speak: a segment of no audio
-            item.job = SilentJob()
-            return
-        # the stream's first segment opens the utterance: its first chunk
-        # jumps the engine's queue (StreamRequest.first_audio_priority)
-        item.job = self._engine_stream(item).submit(SegmentRequest(text=text, deadline=deadline))
+        # nothing to speak: a segment of no audio, no engine call; else the
+        # stream's first segment opens the utterance: its first chunk jumps
+        # the engine's queue (StreamRequest.first_audio_priority)
+        item.job = segment_job(
+            item.segment.engine_text,
+            deadline,
+            lambda request: self._engine_stream(item).submit(request),
+        )
 
     def _engine_stream(self, item: QueuedSegment) -> EngineStream:
         utterance = item.utterance
@@ -537,14 +538,22 @@ class AudioStream:
         await self._send(segment_events.audio_start(ctx, utt, segment))
         out = _SegmentOut(self.env, item)
         resampler = self._resampler(utt)
+        # the delivery pipeline (gateway.delivery), shared with HTTP: the SSML
+        # pauses, the job's events with the audio resampled; an engine
+        # failure or a bug is logged and classified there
+        speaking = SegmentAudio(
+            job,
+            resampler,
+            spoken=segment.spoken,
+            where=f"context={ctx.id} sentence={segment.index}",
+            logger=self.env.log,
+        )
         await out.open()
-        # SSML <break> pauses: silence made here, before or after the speech
-        before, after = pause_ms(segment.spoken)
-        if before:
-            await out.push(resampler.process(pause_samples(before, resampler.in_rate)))
-        failure = await self._decode(item, job, out, resampler)
-        if after and not utt.cancelled and failure is None:
-            await out.push(resampler.process(pause_samples(after, resampler.in_rate)))
+        if (pause := speaking.pause_before()).size:
+            await out.push(pause)
+        failure = await self._decode(item, speaking, out)
+        if not utt.cancelled and failure is None and (pause := speaking.pause_after()).size:
+            await out.push(pause)
         if not utt.cancelled:
             # the next segment of the utterance is queued: keep the
             # resampler's state so the two join seamlessly
@@ -565,22 +574,13 @@ class AudioStream:
         await self._send(segment_events.audio_done(ctx, utt, segment, failure))
 
     async def _decode(
-        self, item: QueuedSegment, job: SynthesisJob, out: _SegmentOut, resampler: StreamResampler
+        self, item: QueuedSegment, speaking: SegmentAudio, out: _SegmentOut
     ) -> GatewayError | None:
         """Speak the job's events until it ends or the utterance is
         cancelled; the segment's failure, if it failed."""
-        utt, segment = item.utterance, item.segment
-        voice_rate = resampler.in_rate
+        utt, segment, job = item.utterance, item.segment, speaking.job
+        voice_rate = speaking.resampler.in_rate
         budgeted = utt.config.stream_audio
-        # the delivery pipeline (gateway.text.pipeline), shared with HTTP: the
-        # job's events with the audio resampled; an engine failure or a bug
-        # is logged and classified there
-        speaking = SegmentAudio(
-            job,
-            resampler,
-            where=f"context={item.context.id} sentence={segment.index}",
-            logger=self.env.log,
-        )
         # this job is the one being sent: it may take a chunk past the
         # session buffer while it holds nothing (the prefetched jobs wait)
         self.env.budget.sending(job)
