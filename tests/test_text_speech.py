@@ -24,8 +24,8 @@ from gateway.engines.base import (
     SynthesisJob,
 )
 from gateway.settings import SettingsError
-from gateway.text.queue import speakable_segments
 from gateway.text.segmenter import Segmenter
+from gateway.text.whole_text import speakable_segments
 from tests.conftest import RunningServer
 from tests.conftest import test_settings as make_settings
 from tests.helpers import DelegatingEngine, Transcript, open_ws, recv_until, send

@@ -18,10 +18,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gateway.delivery.segment import INTERNAL_MESSAGE
 from gateway.errors import BUSY_RETRY_AFTER_S, ErrorCode, GatewayError
 from gateway.http.security import key_ok
 from gateway.state import GatewayState
-from gateway.text.pipeline import INTERNAL_MESSAGE
 
 log = logging.getLogger(__name__)
 

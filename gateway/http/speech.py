@@ -5,7 +5,7 @@ lives in its module.
 
 * ``gateway.http.plan``: the request schema, validated into a ``SpeechPlan``;
 * ``gateway.http.synthesis``: the plan spoken through the delivery pipeline
-  (``gateway.text.pipeline``) and encoded (``ContainerEncoder``);
+  (``gateway.delivery``) and encoded (``ContainerEncoder``);
 * ``gateway.http.compat``: where OpenAI and vllm-omni disagree (the default
   format; what ``stream`` and a body without it mean);
 * ``gateway.http.sse``: ``stream_format: "sse"`` events;

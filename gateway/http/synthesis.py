@@ -1,10 +1,11 @@
 """The HTTP sink of the delivery pipeline: a plan's text to encoded audio.
 
 ``synthesize`` speaks a ``SpeechPlan`` through the pipeline the WebSocket
-uses (``gateway.text.pipeline``: the segment queue submits the next segment
-while the current one decodes; ``SegmentAudio`` resamples each chunk to the
-response rate with one ``StreamResampler`` carried across segments and
-classifies a failure); ``encoded_audio`` turns the samples into the
+uses (``gateway.delivery``: the segment queue submits the next segment
+while the current one decodes, ``segment_job`` makes each segment's job;
+``SegmentAudio`` gives its pauses and resamples each chunk to the response
+rate with one ``StreamResampler`` carried across segments, and classifies a
+failure); ``encoded_audio`` turns the samples into the
 response format with a ``ContainerEncoder``, in worker threads.
 
 A failed segment ends the audio with the pipeline's ``GatewayError``
@@ -38,22 +39,20 @@ import numpy.typing as npt
 
 from gateway.audio.containers import ContainerEncoder
 from gateway.audio.resample import StreamResampler
-from gateway.engines.base import SegmentRequest, SynthesisJob, WordTimings
+from gateway.delivery.queue import SegmentQueue
+from gateway.delivery.segment import Audio, SegmentAudio, segment_job
+from gateway.engines.base import SynthesisJob, WordTimings
 from gateway.errors import ErrorCode, GatewayError
 from gateway.http.plan import SpeechPlan
 from gateway.state import GatewayState
 from gateway.text.frontend import FrontEnd, FrontEndError, SpokenSegment
-from gateway.text.pipeline import Audio, SegmentAudio
-from gateway.text.queue import SegmentQueue, committed_segments
 from gateway.text.stage import (
     EngineTextBudget,
-    SilentJob,
     client_position,
     frontend_options,
-    pause_ms,
-    pause_samples,
     source_words,
 )
+from gateway.text.whole_text import committed_segments
 
 
 @dataclass(eq=False)
@@ -126,23 +125,13 @@ async def synthesize(
     stream = state.engine.open_stream(plan.stream_request(label))
 
     def submit(segment: _Segment) -> None:
-        text = segment.spoken.text
-        if not text.strip():  # only pauses: no engine call
-            segment.job = SilentJob()
-            return
-        segment.job = stream.submit(SegmentRequest(text=text, deadline=time.monotonic() + offset))
+        deadline = time.monotonic() + offset
+        segment.job = segment_job(segment.spoken.text, deadline, stream.submit)
 
     segments: SegmentQueue[_Segment] = SegmentQueue(submit)
     for spoken in read:
         segments.append(_Segment(spoken))
-    voice_rate = plan.voice.sample_rate
-    resampler = StreamResampler(voice_rate, plan.sample_rate)
-
-    def silence(ms: int) -> npt.NDArray[np.float32]:
-        """An SSML ``<break>``: silence made here, at the output rate."""
-        piece = pause_samples(ms, voice_rate)
-        return resampler.process(piece) if piece.size else piece
-
+    resampler = StreamResampler(plan.voice.sample_rate, plan.sample_rate)
     sent = 0  #: samples yielded, at the output rate
     try:
         index = 0
@@ -150,11 +139,12 @@ async def synthesize(
             queued = segments.start_next()
             job = queued.job
             assert job is not None
-            before, after = pause_ms(queued.spoken)
-            if (pause := silence(before)).size:
+            segment = SegmentAudio(
+                job, resampler, spoken=queued.spoken, where=f"{label} segment {index}"
+            )
+            if (pause := segment.pause_before()).size:  # an SSML <break>
                 sent += pause.size
                 yield pause
-            segment = SegmentAudio(job, resampler, where=f"{label} segment {index}")
             # every WordTimings of the segment (one per work item of a long
             # one) is timed from the segment's start, not from where it comes
             start_ms = sent * 1000 / plan.sample_rate
@@ -174,7 +164,7 @@ async def synthesize(
                         )
             if segment.failure is not None:
                 raise segment.failure
-            if (pause := silence(after)).size:
+            if (pause := segment.pause_after()).size:
                 sent += pause.size
                 yield pause
             segments.finish()

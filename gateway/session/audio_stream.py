@@ -13,18 +13,28 @@ audio never interleaves; first-in first-out at segment granularity).  With
 ``tagged`` framing each context has its own stream and their frames
 interleave, ordered by the engine's earliest-deadline scheduling.
 
-One owner for each piece of state.  The session core owns the contexts,
-utterances and segments (``gateway.session.utterance``) and their positions;
-this module only reads them.  It reports what it did through ``StreamHost``
-(a segment started, word timings arrived, a frame went out, a job ended, a
-segment finished or failed, cancelled audio stopped) and sends the messages
-the core answers with; it waits in ``StreamHost.admit`` before each frame.
-What belongs to the stream itself is its queue, its utterances' engine
-streams and their resamplers (state carried across an utterance's segments
-while the next one is queued).  A stream sees its session only through
-``StreamEnv`` and ``StreamHost``: this module imports nothing of
-``gateway.session.core``.  The segment bookkeeping (order, one-ahead
-prefetch) is ``gateway.text.queue``, shared with the HTTP API.
+One writer for each record.  The session core writes the text side of the
+contexts, utterances and segments (``gateway.session.utterance``,
+``gateway.session.contexts``); this module only reads it.  This module is
+the one writer of their audio side, the ledger (``gateway.session.ledger``:
+``Context.audio``, ``Utterance.audio``, ``Segment.audio``): a segment's
+audio began, its word timings, each message sent (sequence number, sample
+offset, bytes, samples), its engine job's figures, its audio complete.  It
+builds the events about a segment from those records itself
+(``gateway.session.segment_events``: ``audio.start``, ``alignment``,
+``audio.done``) and admits each frame with its context's listener
+(``gateway.flow.listener``), so a frame costs no call into the core.  It
+reports to the core only the session-wide events (``StreamHost``: a
+segment left its queue, cancelled audio stopped, an ``ack`` listener went
+silent, the connection is gone) and sends the messages the core answers
+with.  What belongs to the stream itself is its queue, its utterances'
+engine streams and their resamplers (state carried across an utterance's
+segments while the next one is queued).  A stream sees its session only
+through ``StreamEnv`` and ``StreamHost``: this module imports nothing of
+``gateway.session.core``.  How a segment is spoken (its queue with the
+one-ahead prefetch, its engine job, its pauses, its audio resampled and a
+failure classified) is the delivery pipeline (``gateway.delivery``), shared
+with the HTTP API.
 
 The session buffer (``max_buffered_ms``) is the session's ``DecodeBudget``
 (``gateway.flow.budget``), passed to the engine with each streamed segment:
@@ -55,7 +65,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -64,26 +74,27 @@ from gateway.audio.encoding import encode
 from gateway.audio.framing import FrameFlags, Framer, TaggedHeader, pack_header
 from gateway.audio.resample import StreamResampler
 from gateway.audio.wav import wav_bytes, wav_header
+from gateway.delivery.queue import SegmentQueue
+from gateway.delivery.segment import SegmentAudio, segment_job
 from gateway.engines.base import (
     Engine,
     EngineStream,
-    SegmentRequest,
     SegmentStats,
     StreamRequest,
     SynthesisJob,
-    WordTiming,
     WordTimings,
 )
 from gateway.errors import GatewayError
 from gateway.flow.budget import DecodeBudget
 from gateway.flow.listener import ListenerSilent
+from gateway.session import segment_events
 from gateway.session.contexts import Context
 from gateway.session.utterance import Segment, Utterance
 from gateway.text.duration import estimate_seconds
-from gateway.text.pipeline import SegmentAudio
-from gateway.text.queue import SegmentQueue
-from gateway.text.stage import SilentJob, pause_ms, pause_samples
 from gateway.ws.outbound import ConnectionGone
+
+if TYPE_CHECKING:
+    from gateway.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -114,40 +125,10 @@ class QueuedSegment:
 
 
 class StreamHost(Protocol):
-    """What a stream reports to its session core, which updates its state
-    and answers with the messages to send; the stream sends them, in order
-    with its audio."""
-
-    def segment_started(self, item: QueuedSegment) -> list[protocol.ServerMessage]:
-        """``item``'s audio begins: ``audio.start``."""
-        ...
-
-    def words_timed(
-        self, item: QueuedSegment, words: tuple[WordTiming, ...]
-    ) -> list[protocol.ServerMessage]:
-        """The engine's word timings for ``item``: ``alignment`` if asked for."""
-        ...
-
-    async def admit(self, item: QueuedSegment, frame_ms: float) -> bool:
-        """Wait until the listener may take a frame of ``item``'s audio and
-        count it as sent; False if the frame must be dropped (cancelled)."""
-        ...
-
-    def frame_sent(self, item: QueuedSegment, samples: int) -> None:
-        """A frame of ``item`` went out with ``samples`` of audio at the
-        output rate (0 for a WAV header)."""
-        ...
-
-    def job_ended(self, item: QueuedSegment, stats: SegmentStats) -> None:
-        """``item``'s engine job ended (finished, failed or cancelled)."""
-        ...
-
-    def segment_finished(
-        self, item: QueuedSegment, sent_bytes: int, samples: int, failure: GatewayError | None
-    ) -> list[protocol.ServerMessage]:
-        """``item``'s audio is complete (or it failed with ``failure``):
-        ``audio.done``, after an ``error`` if it failed."""
-        ...
+    """The session-wide events a stream reports to its session core, which
+    updates its state and answers with the messages to send; the stream
+    sends them, in order with its audio.  Per segment and per frame the
+    stream writes its ledger and calls nothing here."""
 
     def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
         """The stream is done with a segment of ``ctx`` (finished, failed or
@@ -156,10 +137,11 @@ class StreamHost(Protocol):
         ...
 
     def cancelled_audio_ended(
-        self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
+        self, ctx: Context, open_segment: Segment | None, *, delivered: bool
     ) -> list[protocol.ServerMessage]:
         """The last frame of cancelled audio of ``ctx`` went out (or, if not
-        ``delivered``, the connection is gone): the cancel reports waiting for it."""
+        ``delivered``, the connection is gone): the cancel reports waiting
+        for it (``open_segment``: the one whose audio was cut, if any)."""
         ...
 
     def connection_lost(self) -> None:
@@ -185,6 +167,7 @@ class StreamEnv:
     label: str  #: the session id, for engine logs
     log: logging.LoggerAdapter[logging.Logger]
     host: StreamHost
+    metrics: Metrics
 
 
 def _failure(segment: Segment, failure: GatewayError | None) -> GatewayError | None:
@@ -197,7 +180,8 @@ def _failure(segment: Segment, failure: GatewayError | None) -> GatewayError | N
 
 class _SegmentOut:
     """One segment's way out: frames its audio on the config's grid (or
-    keeps it whole), waits for the listener, sends, and counts what it sent."""
+    keeps it whole), waits for the listener, sends, and writes what it sent
+    in the ledger."""
 
     def __init__(self, env: StreamEnv, item: QueuedSegment) -> None:
         self.env = env
@@ -207,8 +191,10 @@ class _SegmentOut:
         self.rate = config.sample_rate
         self.framer = Framer(self.rate, config.frame_ms)
         self.tagged = config.framing == "tagged"
-        self.sent_bytes = 0  #: payload bytes sent (headers not counted)
-        self.samples_sent = 0
+        #: the ledger's records this segment's messages are written in
+        self.ledger = item.segment.audio
+        self._utterance_audio = item.utterance.audio
+        self._context_audio = item.context.audio
         self._first_frame = True
         self._whole: list[np.ndarray] = []  #: the audio of a whole-segment message
         #: vllm-omni's ``word_timestamps``: frames go out as ``audio.chunk`` events
@@ -257,21 +243,24 @@ class _SegmentOut:
         audio: bool = True,
         flags: FrameFlags = FrameFlags.NONE,
     ) -> None:
-        item, host = self.item, self.env.host
         if audio and not await self._admit(samples * 1000 / self.rate):
             return  # cancelled while waiting: the frame is dropped, never sent
         if not audio:
             flags |= FrameFlags.WAV_HEADER
-        if self.chunks and audio:
+        chunk = self.chunks and audio  # an audio.chunk event: not a binary message
+        if chunk:
             await self.env.out.event(self._chunk(payload, samples))
         else:
             frame = self._header(flags) + payload if self.tagged else payload
             await self.env.out.audio(frame)
-        self.sent_bytes += len(payload)
         self._first_frame = False
+        self._context_audio.message_sent(self.ledger, payload, numbered=self.tagged and not chunk)
         if audio:
-            self.samples_sent += samples
-        host.frame_sent(item, samples if audio else 0)
+            now = time.monotonic()
+            if self._utterance_audio.count_sent(self.ledger, samples, self.rate, now):
+                ready_at = self.item.utterance.ready_at
+                if ready_at is not None:
+                    self.env.metrics.time_to_first_audio.observe(now - ready_at)
 
     def _chunk(
         self,
@@ -283,7 +272,7 @@ class _SegmentOut:
     ) -> protocol.AudioChunk:
         """vllm-omni 0.30's JSON frame: the samples base64, sentence-relative
         times; ``last``: the sentence's closing chunk, spanning all of it."""
-        start = self.samples_sent
+        start = self.ledger.samples
         chunk = protocol.AudioChunk(
             context_id=self.item.context.id,
             utterance_index=self.item.utterance.index,
@@ -306,23 +295,25 @@ class _SegmentOut:
         segment = self.item.segment
         words = (
             ([] if not segment.engine_text.strip() else None)  # nothing to speak: no words
-            if segment.words is None
+            if segment.audio.words is None
             else [
                 protocol.ChunkWord(
                     word=w.text, start_ms=round(w.start_ms, 1), end_ms=round(w.end_ms, 1)
                 )
-                for w in segment.source_words
+                for w in segment.audio.source_words
             ]
         )
         await self.env.out.event(self._chunk(b"", 0, words, last=True))
 
     async def _admit(self, frame_ms: float) -> bool:
-        host = self.env.host
+        """The context's listener admits the frame (and counts it as sent),
+        or the utterance was cancelled or the connection lost meanwhile."""
+        ctx, utt, out = self.item.context, self.item.utterance, self.env.out
         try:
-            return await host.admit(self.item, frame_ms)
+            return await ctx.listener.admit(frame_ms, lambda: utt.cancelled or out.gone)
         except ListenerSilent:  # the core cancels the utterance: the frame is dropped
-            for message in host.listener_silent(self.item.context):
-                await self.env.out.event(message)
+            for message in self.env.host.listener_silent(ctx):
+                await out.event(message)
             return False
 
     def _header(self, flags: FrameFlags) -> bytes:
@@ -333,8 +324,8 @@ class _SegmentOut:
             TaggedHeader(
                 context=ctx.number,
                 utterance_index=utt.index,
-                sequence=ctx.sequence,
-                sample_offset=round(utt.sent_ms * self.rate / 1000),
+                sequence=ctx.audio.sequence,
+                sample_offset=round(utt.audio.sent_ms * self.rate / 1000),
                 flags=flags,
             )
         )
@@ -378,7 +369,7 @@ class AudioStream:
 
     def read_done(self) -> None:
         """A segment's reading by the front-end ended (the session core runs
-        it, ``Session._read``): it may be submitted now."""
+        it, ``gateway.session.reading.read``): it may be submitted now."""
         self.segments.prefetch()
 
     def _head_read(self) -> bool:
@@ -442,15 +433,16 @@ class AudioStream:
     # -- submitting -----------------------------------------------------------
     def _submit(self, item: QueuedSegment) -> None:
         utterance = item.utterance
-        start = utterance.first_audio_at
+        start = utterance.audio.first_audio_at
         deadline = (time.monotonic() if start is None else start) + self._audio_ahead_s(utterance)
-        text = item.segment.engine_text
-        if not text.strip():  # nothing to speak: a segment of no audio
-            item.job = SilentJob()
-            return
-        # the stream's first segment opens the utterance: its first chunk
-        # jumps the engine's queue (StreamRequest.first_audio_priority)
-        item.job = self._engine_stream(item).submit(SegmentRequest(text=text, deadline=deadline))
+        # nothing to speak: a segment of no audio, no engine call; else the
+        # stream's first segment opens the utterance: its first chunk jumps
+        # the engine's queue (StreamRequest.first_audio_priority)
+        item.job = segment_job(
+            item.segment.engine_text,
+            deadline,
+            lambda request: self._engine_stream(item).submit(request),
+        )
 
     def _engine_stream(self, item: QueuedSegment) -> EngineStream:
         utterance = item.utterance
@@ -481,14 +473,16 @@ class AudioStream:
         still to send (its length once the engine knows it, else estimated
         from its text).  The engine serves the earliest deadline first, so a
         prefetched segment must not look as urgent as the audio playing now."""
-        ahead = utterance.sent_ms / 1000
+        sent_ms = utterance.audio.sent_ms
+        ahead = sent_ms / 1000
         current = self.current
         if current is not None and current.utterance is utterance and current.job is not None:
             segment = current.segment
             total = current.job.stats.audio_seconds
             if total is None:
                 total = estimate_seconds(segment.engine_text, utterance.config.speed)
-            sent_s = (utterance.sent_ms - segment.start_ms) / 1000 if segment.started else 0.0
+            started = segment.audio.started
+            sent_s = (sent_ms - segment.audio.start_ms) / 1000 if started else 0.0
             ahead += max(0.0, total - sent_s)
         return ahead
 
@@ -513,7 +507,7 @@ class AudioStream:
                 if item.utterance.done_received and reading is not None:
                     await asyncio.wait({reading})  # its end-of-text check
                 # a cancel that arrived while audio.done was going out
-                await self._report_cancel(item.context, None, 0)
+                await self._report_cancel(item.context, None)
                 await self._send(self.env.host.segment_dequeued(item.context))
         except ConnectionGone:
             self.env.host.connection_lost()
@@ -522,11 +516,9 @@ class AudioStream:
         for message in messages:
             await self.env.out.event(message)
 
-    async def _report_cancel(
-        self, ctx: Context, open_segment: Segment | None, sent_bytes: int
-    ) -> None:
+    async def _report_cancel(self, ctx: Context, open_segment: Segment | None) -> None:
         reports = self.env.host.cancelled_audio_ended(
-            ctx, open_segment, sent_bytes, delivered=not self.env.out.gone
+            ctx, open_segment, delivered=not self.env.out.gone
         )
         await self._send(reports)
 
@@ -539,21 +531,29 @@ class AudioStream:
         return resampler
 
     async def _speak(self, item: QueuedSegment) -> None:
-        utt = item.utterance
+        ctx, utt, segment = item.context, item.utterance, item.segment
         job = item.job
         assert job is not None
-        host = self.env.host
-        await self._send(host.segment_started(item))
+        utt.audio.start_segment(segment.audio)  # its audio begins where the utterance is now
+        await self._send(segment_events.audio_start(ctx, utt, segment))
         out = _SegmentOut(self.env, item)
         resampler = self._resampler(utt)
+        # the delivery pipeline (gateway.delivery), shared with HTTP: the SSML
+        # pauses, the job's events with the audio resampled; an engine
+        # failure or a bug is logged and classified there
+        speaking = SegmentAudio(
+            job,
+            resampler,
+            spoken=segment.spoken,
+            where=f"context={ctx.id} sentence={segment.index}",
+            logger=self.env.log,
+        )
         await out.open()
-        # SSML <break> pauses: silence made here, before or after the speech
-        before, after = pause_ms(item.segment.spoken)
-        if before:
-            await out.push(resampler.process(pause_samples(before, resampler.in_rate)))
-        failure = await self._decode(item, job, out, resampler)
-        if after and not utt.cancelled and failure is None:
-            await out.push(resampler.process(pause_samples(after, resampler.in_rate)))
+        if (pause := speaking.pause_before()).size:
+            await out.push(pause)
+        failure = await self._decode(item, speaking, out)
+        if not utt.cancelled and failure is None and (pause := speaking.pause_after()).size:
+            await out.push(pause)
         if not utt.cancelled:
             # the next segment of the utterance is queued: keep the
             # resampler's state so the two join seamlessly
@@ -568,27 +568,19 @@ class AudioStream:
             # frames after the cancel were dropped by admit: the report
             # follows the last frame that actually went out
             self._resamplers.pop(utt, None)
-            await self._report_cancel(item.context, item.segment, out.sent_bytes)
+            await self._report_cancel(ctx, segment)
             return
-        await self._send(host.segment_finished(item, out.sent_bytes, out.samples_sent, failure))
+        utt.audio.finish_segment(segment.audio, utt.config.sample_rate)
+        await self._send(segment_events.audio_done(ctx, utt, segment, failure))
 
     async def _decode(
-        self, item: QueuedSegment, job: SynthesisJob, out: _SegmentOut, resampler: StreamResampler
+        self, item: QueuedSegment, speaking: SegmentAudio, out: _SegmentOut
     ) -> GatewayError | None:
         """Speak the job's events until it ends or the utterance is
         cancelled; the segment's failure, if it failed."""
-        utt, segment = item.utterance, item.segment
-        voice_rate = resampler.in_rate
+        utt, segment, job = item.utterance, item.segment, speaking.job
+        voice_rate = speaking.resampler.in_rate
         budgeted = utt.config.stream_audio
-        # the delivery pipeline (gateway.text.pipeline), shared with HTTP: the
-        # job's events with the audio resampled; an engine failure or a bug
-        # is logged and classified there
-        speaking = SegmentAudio(
-            job,
-            resampler,
-            where=f"context={item.context.id} sentence={segment.index}",
-            logger=self.env.log,
-        )
         # this job is the one being sent: it may take a chunk past the
         # session buffer while it holds nothing (the prefetched jobs wait)
         self.env.budget.sending(job)
@@ -598,7 +590,11 @@ class AudioStream:
                     if utt.cancelled:
                         break
                     if isinstance(event, WordTimings):
-                        await self._send(self.env.host.words_timed(item, event.words))
+                        # kept for the cancel report; alignment if asked for
+                        mapped = segment.audio.add_words(event.words, segment.spoken_form)
+                        await self._send(
+                            segment_events.alignment(item.context, utt, segment, mapped)
+                        )
                     else:
                         await out.push(event.samples)
                         if budgeted:  # written to the socket: budget freed
@@ -609,6 +605,16 @@ class AudioStream:
         except Exception:  # a bug on this side of the pipeline: the segment fails
             speaking.broke()
         finally:
-            self.env.host.job_ended(item, job.stats)
+            self._job_ended(utt, job.stats)
             self.env.budget.release(job)
         return _failure(segment, speaking.failure)
+
+    def _job_ended(self, utt: Utterance, stats: SegmentStats) -> None:
+        """A segment's engine job ended (finished, failed or cancelled): its figures."""
+        utt.audio.account(stats)
+        metrics = self.env.metrics
+        metrics.sentences.inc()
+        if stats.extra.get("acoustic_ms"):
+            metrics.acoustic_seconds.observe(stats.extra["acoustic_ms"] / 1000)
+        if stats.first_chunk_ms:
+            metrics.first_chunk_seconds.observe(stats.first_chunk_ms / 1000)

@@ -19,7 +19,7 @@ from gateway.session.utterance import Segment, Utterance
 def heard_position(utt: Utterance, context_position_ms: float) -> float:
     """The listener's position inside ``utt``: the context's position less
     where the utterance started, never beyond what was sent."""
-    return min(utt.sent_ms, max(0.0, context_position_ms - utt.flow_offset_ms))
+    return min(utt.audio.sent_ms, max(0.0, context_position_ms - utt.flow_offset_ms))
 
 
 def cancel_report(
@@ -43,7 +43,7 @@ def cancel_report(
             protocol.AudioCancelled(
                 context_id=context_id,
                 utterance_index=utt.index,
-                sent_ms=round(utt.sent_ms, 3),
+                sent_ms=round(utt.audio.sent_ms, 3),
                 played_ms=round(position, 3),
                 position_source=source,
                 spoken_text=spoken,
@@ -57,7 +57,7 @@ def cancel_report(
                     utterance_index=utt.index,
                     sentence_index=open_segment.index,
                     total_bytes=sent_bytes,
-                    audio_ms=round(utt.sent_ms - open_segment.start_ms, 3),
+                    audio_ms=round(utt.audio.sent_ms - open_segment.audio.start_ms, 3),
                     cancelled=True,
                 )
             )

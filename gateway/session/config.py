@@ -8,14 +8,14 @@ their current value; the first config starts from the defaults.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 from msgspec import UNSET
 
 from gateway.audio.framing import frame_start
-from gateway.engines.base import VoiceInfo, voice_named
+from gateway.engines.base import Engine, VoiceInfo, voice_named
 from gateway.errors import ErrorCode, GatewayError
 from gateway.protocol import EffectiveConfig, SessionConfig
 from gateway.session.validation import (
@@ -95,6 +95,42 @@ def clone_options(
         else:
             merged[name] = value
     return merged
+
+
+def apply_for_engine(
+    current: EffectiveConfig,
+    options: Mapping[str, object],
+    msg: SessionConfig,
+    engine: Engine,
+    *,
+    busy: Callable[[], bool],
+) -> tuple[EffectiveConfig, dict[str, object]]:
+    """A session's config and voice-clone options after ``msg`` (its voice
+    names resolved), checked against what ``engine`` offers; ``busy``: an
+    utterance is in progress (``framing`` cannot change then), asked last.  All or
+    nothing: raises ``GatewayError`` and nothing changes."""
+    caps = engine.capabilities
+    new = apply_config(
+        current,
+        msg,
+        engine.voices(),
+        engine.name,
+        engine.model_names(),
+        instructions=caps.instructions,
+        cloning=caps.cloning,
+        seed=caps.seed,
+        alignment=caps.alignment,
+        speed=caps.speed,
+    )
+    new_options = clone_options(options, msg, caps.cloning)
+    if busy() and (new.framing != current.framing):
+        raise GatewayError(
+            ErrorCode.INVALID_STATE,
+            "`framing` cannot change while an utterance is in progress;"
+            " send it before the next utterance",
+            param="framing",
+        )
+    return new, new_options
 
 
 def _given(value: Any) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.flow.listener import Listener
+from gateway.session.ledger import ContextAudio
 from gateway.session.utterance import Utterance
 from gateway.text.policy import SegmentPolicy
 
@@ -38,7 +39,8 @@ class Context:
     pending: list[Utterance] = field(default_factory=list)
     #: cancelled utterances whose report waits for the stream's last frame
     awaiting_report: list[Utterance] = field(default_factory=list)
-    sequence: int = 0  #: tagged-frame sequence number
+    #: its audio messages (sequence numbers): the ledger's, written by the stream only
+    audio: ContextAudio = field(default_factory=ContextAudio)
     #: the policy's next check while no text arrives (docs/segmentation.md)
     segment_timer: asyncio.TimerHandle | None = None
     #: the listener: admission, cancel positions, audio ahead for segmentation

@@ -5,9 +5,12 @@ its ``input.done`` (or cancel).  This module answers the question a barge-in
 needs: given the listener's position, which text was heard and which was
 not, so that every accepted character is accounted for.
 
-The session core is the only writer of these records: it applies what the
-audio stream reports (a segment started, frames sent, a job's figures, a
-segment finished) through the methods here.  The stream only reads them.
+These are the text side of an utterance and its segments, and the session
+core is their one writer; the stream only reads them.  Their audio side
+(where each segment's audio sits, what was sent, the word timings, the
+engine's figures) is the audio ledger (``gateway.session.ledger``:
+``Utterance.audio``, ``Segment.audio``), which only the audio stream
+writes and this module reads.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway import protocol
-from gateway.engines.base import SegmentStats, WordTiming
 from gateway.errors import ErrorCode
 from gateway.protocol import EffectiveConfig
+from gateway.session.ledger import SegmentAudio, UtteranceAudio
 from gateway.text.frontend import FrontEnd, FrontEndError, Span, SpokenSegment
-from gateway.text.stage import EngineTextBudget, SourceWord, empty_spoken, source_words
+from gateway.text.stage import EngineTextBudget, empty_spoken
 
 
 @dataclass(frozen=True)
@@ -39,17 +42,12 @@ class Refusal:
 class Segment:
     """A piece of the utterance's text committed to the engine (a sentence,
     or a clause or phrase the segmentation policy cut early; the protocol
-    calls it a sentence: ``sentence_index``), with where its audio sits in
-    the utterance (ms from the utterance's first sample).  ``text`` is the
-    client's text; ``spoken`` what the engine reads (the front-end's form)."""
+    calls it a sentence: ``sentence_index``).  ``text`` is the client's
+    text; ``spoken`` what the engine reads (the front-end's form); ``audio``
+    its audio (the ledger, written by the stream)."""
 
     index: int
     text: str
-    start_ms: float = 0.0
-    audio_ms: float = 0.0
-    words: tuple[WordTiming, ...] | None = None  #: segment-relative timings
-    started: bool = False  #: its ``audio.start`` was sent
-    finished: bool = False  #: its ``audio.done`` was sent
     #: the front-end's spoken form (None: the engine reads ``text``)
     spoken: SpokenSegment | None = None
     #: where ``text`` starts in the utterance's client text
@@ -57,25 +55,19 @@ class Segment:
     #: the segment is refused (malformed SSML, the engine-text budget):
     #: nothing is spoken
     refused: Refusal | None = None
-    #: ``words`` on the client's text (segment-relative offsets)
-    source_words: tuple[SourceWord, ...] = ()
+    #: its audio: the ledger's record, written by the audio stream only
+    audio: SegmentAudio = field(default_factory=SegmentAudio)
 
     @property
     def engine_text(self) -> str:
         """What the engine reads for this segment ("": nothing)."""
         return self.text if self.spoken is None else self.spoken.text
 
-    def set_words(self, words: tuple[WordTiming, ...]) -> tuple[SourceWord, ...]:
-        """Keep the engine's word timings and their client-text mapping;
-        returns the mapping of ``words``.  A segment whose engine text is
-        over the engine's work item is timed piece by piece (each piece's
-        timings before its audio, times from the segment's start): later
-        timings add to the earlier ones."""
-        known = len(self.source_words)
-        self.words = (*(self.words or ()), *words)
-        spoken = self.spoken or _verbatim(self.text)
-        self.source_words = source_words(spoken, self.words)
-        return self.source_words[known:]
+    @property
+    def spoken_form(self) -> SpokenSegment:
+        """The spoken form, the client's text itself when the engine reads it
+        as written (what word timings are mapped through)."""
+        return self.spoken or _verbatim(self.text)
 
 
 def _verbatim(text: str) -> SpokenSegment:
@@ -111,32 +103,31 @@ class Utterance:
     _located: int = 0  #: end of the last segment found in ``source_text``
     _frontend_chars: int = 0  #: characters handed to the front-end so far
     #: streams: it has committed text being synthesized or queued, within its
-    #: session's ``max_streams_per_session`` (``Session._take_slot``;
-    #: committed text waiting for the door or the share is the core's ``_waiting``)
+    #: session's ``max_streams_per_session`` (``SessionDoor.take``;
+    #: committed text waiting for the door or the share is ``SessionDoor.waiting``)
     holds_slot: bool = False
     unsent_text: str = ""  #: text discarded from the segmenter by a cancel
-    sent_ms: float = 0.0  #: audio sent so far
     flow_offset_ms: float = 0.0  #: the context's sent position when this utterance began
     # timings (time.monotonic) for session.done metrics
     first_text_at: float = 0.0
     ready_at: float | None = None  #: first segment became speakable
-    first_audio_at: float | None = None
-    compute_ms: float = 0.0
-    queue_ms: float | None = None
     #: its first committed segment waited this long at the door
     admission_wait_ms: float = 0.0
+    #: its audio: the ledger's record, written by the audio stream only
+    audio: UtteranceAudio = field(default_factory=UtteranceAudio)
 
     def metrics(self) -> protocol.UtteranceMetrics:
         """The in-band timings carried by ``session.done``."""
+        audio = self.audio
         first_audio_ms = None
-        if self.first_audio_at is not None and self.ready_at is not None:
-            first_audio_ms = round((self.first_audio_at - self.ready_at) * 1000, 3)
+        if audio.first_audio_at is not None and self.ready_at is not None:
+            first_audio_ms = round((audio.first_audio_at - self.ready_at) * 1000, 3)
         return protocol.UtteranceMetrics(
-            queue_ms=round(self.queue_ms or 0.0, 3),
+            queue_ms=round(audio.queue_ms or 0.0, 3),
             first_audio_ms=first_audio_ms,
-            audio_ms=round(self.sent_ms, 3),
-            compute_ms=round(self.compute_ms, 3),
-            compute_rtf=round(self.compute_ms / self.sent_ms, 4) if self.sent_ms else 0.0,
+            audio_ms=round(audio.sent_ms, 3),
+            compute_ms=round(audio.compute_ms, 3),
+            compute_rtf=round(audio.compute_ms / audio.sent_ms, 4) if audio.sent_ms else 0.0,
             sentences=len(self.segments),
             admission_wait_ms=round(self.admission_wait_ms, 3),
         )
@@ -155,7 +146,7 @@ class Utterance:
             utterance_index=self.index,
             sentence_index=segment.index,
             total_bytes=total_bytes,
-            audio_ms=round(segment.audio_ms, 3),
+            audio_ms=round(segment.audio.audio_ms, 3),
             error=error,
             cancelled=cancelled,
         )
@@ -222,35 +213,6 @@ class Utterance:
         except FrontEndError as exc:
             self.unclosed = FrontEndError(exc.message, len(self.source_text))
 
-    # --- what the audio stream reported (applied by the session core) --------------
-    def start_segment(self, segment: Segment) -> None:
-        """``segment``'s ``audio.start`` goes out: its audio begins here."""
-        segment.started = True
-        segment.start_ms = self.sent_ms
-
-    def count_sent(self, samples: int, now: float) -> float | None:
-        """``samples`` of audio at the output rate went out at ``now``; the
-        time to first audio (seconds from ``ready_at``) if these were the
-        utterance's first samples."""
-        if not samples:
-            return None
-        self.sent_ms += samples * 1000 / self.config.sample_rate
-        if self.first_audio_at is not None:
-            return None
-        self.first_audio_at = now
-        return None if self.ready_at is None else now - self.ready_at
-
-    def account(self, stats: SegmentStats) -> None:
-        """A segment's engine job ended: its compute and queue time."""
-        self.compute_ms += stats.compute_ms
-        if self.queue_ms is None:
-            self.queue_ms = stats.queue_ms
-
-    def finish_segment(self, segment: Segment, samples: int) -> None:
-        """``segment``'s ``audio.done`` goes out, after ``samples`` of audio."""
-        segment.audio_ms = samples * 1000 / self.config.sample_rate
-        segment.finished = True
-
     def heard_split(self, position_ms: float, buffered: str) -> tuple[str, str]:
         """Split the utterance's text into (spoken, unspoken) at a position.
 
@@ -263,16 +225,17 @@ class Utterance:
         spoken: list[str] = []
         unspoken: list[str] = []
         for segment in self.segments:
-            if not segment.started or unspoken:
+            audio = segment.audio
+            if not audio.started or unspoken:
                 unspoken.append(segment.text)
                 continue
-            if segment.words:
-                heard, rest = _split_words(segment, position_ms)
+            if audio.words:
+                heard, rest = _split_words(segment.text, audio, position_ms)
                 if heard:
                     spoken.append(heard)
                 if rest:
                     unspoken.append(rest)
-            elif segment.finished and segment.start_ms + segment.audio_ms <= position_ms:
+            elif audio.finished and audio.start_ms + audio.audio_ms <= position_ms:
                 spoken.append(segment.text)
             else:
                 unspoken.append(segment.text)
@@ -281,7 +244,7 @@ class Utterance:
         return " ".join(spoken), " ".join(unspoken)
 
 
-def _split_words(segment: Segment, position_ms: float) -> tuple[str, str]:
+def _split_words(text: str, segment: SegmentAudio, position_ms: float) -> tuple[str, str]:
     """Cut a segment's text after the last word that started before the
     position, keeping the original characters (punctuation included).
 
@@ -291,7 +254,6 @@ def _split_words(segment: Segment, position_ms: float) -> tuple[str, str]:
     the counts differ)."""
     words = segment.words
     assert words is not None
-    text = segment.text
     if segment.source_words:  # the front-end's offset map
         heard_words = [
             w for w in segment.source_words if segment.start_ms + w.start_ms < position_ms

@@ -9,10 +9,6 @@ and the HTTP API, ``gateway.http.speech``):
   ``normalize``, ``emoji``, ``pronunciations``), the server lexicon and the
   engine's capabilities (``normalizes_text``, ``markup_tags``) as one
   ``FrontEndOptions``;
-* ``SilentJob``: the job of a segment with nothing to speak (an emoji alone,
-  a skipped code block, ``---``): it is reported as a sentence with no
-  audio, and the engine is not called;
-* ``pause_samples``: SSML ``<break>`` pauses as silence made here;
 * ``source_words``: the engine's word timings on the client's words, with
   their character offsets in the client's text;
 * ``load_lexicon``: the server-wide pronunciation file (``lexicon_file``);
@@ -27,17 +23,12 @@ Pure but for ``load_lexicon`` (read once at start).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from gateway.engines.base import (
     Capabilities,
-    EngineEvent,
-    SegmentStats,
-    SynthesisJob,
     WordTiming,
 )
 from gateway.text.frontend import FrontEndOptions, InputFormat, SpokenSegment
@@ -48,14 +39,11 @@ __all__ = [
     "EngineTextBudget",
     "Lexicon",
     "LexiconError",
-    "SilentJob",
     "SourceWord",
     "client_position",
     "empty_spoken",
     "frontend_options",
     "load_lexicon",
-    "pause_ms",
-    "pause_samples",
     "segment_starts",
     "source_words",
 ]
@@ -120,44 +108,6 @@ class EngineTextBudget:
 def empty_spoken(source: str) -> SpokenSegment:
     """A segment of which nothing is spoken (it failed the front-end)."""
     return SpokenSegment(source=source, text="", spans=())
-
-
-class SilentJob(SynthesisJob):
-    """The job of a segment with nothing for the engine to read: no events;
-    the caller adds its pauses as silence."""
-
-    def __init__(self) -> None:
-        self.stats = SegmentStats(audio_seconds=0.0)
-
-    async def _events(self) -> AsyncIterator[EngineEvent]:
-        return
-        yield  # an async generator with no items
-
-    def __aiter__(self) -> AsyncIterator[EngineEvent]:
-        return self._events()
-
-    def cancel(self) -> None:
-        self.stats.cancelled = True
-
-
-def pause_ms(spoken: SpokenSegment | None) -> tuple[int, int]:
-    """The segment's ``<break>`` pauses as (ms before its speech, ms after).
-
-    A pause at the start of the spoken text (or in a segment with no text)
-    comes before it; a pause anywhere else is heard after the segment's
-    speech, where the engine's audio ends.  The segmenter ends a segment
-    after each ``<break>``, so that is where it stands; only an uncut
-    (``none``) segment can hold one mid-text (``docs/text.md``)."""
-    if spoken is None:
-        return 0, 0
-    before = sum(ms for at, ms in spoken.pauses if at <= 0 or not spoken.text)
-    after = sum(ms for at, ms in spoken.pauses if at > 0 and spoken.text)
-    return before, after
-
-
-def pause_samples(ms: int, rate: int) -> np.ndarray:
-    """Silence of ``ms`` milliseconds at ``rate`` (float32 mono)."""
-    return np.zeros(max(0, round(ms * rate / 1000)), np.float32)
 
 
 @dataclass(frozen=True)

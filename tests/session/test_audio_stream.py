@@ -3,10 +3,12 @@ small engines built on it that fail on purpose), a sender that records what
 it is given, and a host that records what the stream reports.  No server,
 no session core.
 
-The host applies nothing: it records each report and answers with a marker
-message, so these tests also show that the stream writes none of the
-context's, utterance's or segment's fields (the core owns them) and that
-it sends the core's answers in order with its audio.
+The host applies nothing: it records each session-wide report and answers
+with a marker message, so these tests also show that the stream writes none
+of the context's, utterance's or segment's text-side fields (the core owns
+them), that it writes what it sent in the ledger (``Context.audio``,
+``Utterance.audio``, ``Segment.audio``) and that it sends the core's
+answers in order with its audio.
 """
 
 from __future__ import annotations
@@ -24,14 +26,11 @@ from gateway import protocol
 from gateway.audio.encoding import encode
 from gateway.audio.framing import FrameFlags, unpack_frame
 from gateway.audio.resample import StreamResampler
-from gateway.engines.base import (
-    SegmentStats,
-    WordTiming,
-)
 from gateway.engines.synthetic import ToneWork
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode
 from gateway.flow.budget import DecodeBudget
 from gateway.flow.listener import Listener
+from gateway.ops.metrics import Metrics
 from gateway.session.audio_stream import AudioStream, QueuedSegment, StreamEnv
 from gateway.session.config import apply_config, default_config
 from gateway.session.contexts import Context
@@ -68,64 +67,38 @@ def _marker(name: str) -> list[protocol.ServerMessage]:
 
 
 class RecordingHost:
-    """Records what the stream reports; its own listener admits frames."""
+    """Records the session-wide events the stream reports."""
 
-    def __init__(self, listener: Listener | None = None) -> None:
+    def __init__(self) -> None:
         self.reports: list[tuple[Any, ...]] = []
-        self.listener = listener or Listener()
         self.dequeued = asyncio.Event()
         self.cancelled = asyncio.Event()
-
-    def segment_started(self, item: QueuedSegment) -> list[protocol.ServerMessage]:
-        self.reports.append(("started", item.segment.index))
-        return _marker(f"start {item.segment.index}")
-
-    def words_timed(
-        self, item: QueuedSegment, words: tuple[WordTiming, ...]
-    ) -> list[protocol.ServerMessage]:
-        self.reports.append(("words", item.segment.index, len(words)))
-        return _marker(f"words {item.segment.index}")
-
-    async def admit(self, item: QueuedSegment, frame_ms: float) -> bool:
-        return await self.listener.admit(frame_ms, lambda: item.utterance.cancelled)
-
-    def frame_sent(self, item: QueuedSegment, samples: int) -> None:
-        self.reports.append(("frame", item.segment.index, samples))
-
-    def job_ended(self, item: QueuedSegment, stats: SegmentStats) -> None:
-        self.reports.append(("job", item.segment.index))
-
-    def segment_finished(
-        self, item: QueuedSegment, sent_bytes: int, samples: int, failure: GatewayError | None
-    ) -> list[protocol.ServerMessage]:
-        self.reports.append(("finished", item.segment.index, sent_bytes, samples, failure))
-        return _marker(f"done {item.segment.index}")
 
     def segment_dequeued(self, ctx: Context) -> list[protocol.ServerMessage]:
         self.reports.append(("dequeued",))
         self.dequeued.set()
-        return []
+        return _marker("dequeued")
 
     def cancelled_audio_ended(
-        self, ctx: Context, open_segment: Segment | None, sent_bytes: int, *, delivered: bool
+        self, ctx: Context, open_segment: Segment | None, *, delivered: bool
     ) -> list[protocol.ServerMessage]:
         if open_segment is not None:
-            self.reports.append(("cancel", open_segment.index, sent_bytes, delivered))
+            self.reports.append(("cancel", open_segment.index, delivered))
             self.cancelled.set()
         return []
 
     def connection_lost(self) -> None:
         self.reports.append(("lost",))
 
-    def kinds(self) -> list[str]:
-        return [r[0] for r in self.reports if r[0] != "frame"]
-
-    def finished(self) -> list[tuple[Any, ...]]:
-        return [r for r in self.reports if r[0] == "finished"]
+    def listener_silent(self, ctx: Context) -> list[protocol.ServerMessage]:
+        self.reports.append(("silent",))
+        return []
 
 
 class Rig:
-    def __init__(self, host: RecordingHost | None = None, **config: Any) -> None:
+    def __init__(
+        self, host: RecordingHost | None = None, listener: Listener | None = None, **config: Any
+    ) -> None:
         settings = make_settings(engine="synthetic")
         self.engine = FaultyEngine(settings)
         voice = self.engine.voices()[0]
@@ -145,9 +118,12 @@ class Rig:
             label="test",
             log=logging.LoggerAdapter(logging.getLogger("tests.audio_stream"), {}),
             host=self.host,
+            metrics=Metrics(),
         )
         self.stream = AudioStream(env, "test")
         self.context = Context(id="c", number=7, policy=SegmentPolicy(Segmenter("auto")))
+        if listener is not None:
+            self.context.listener = listener
         self.utterance = Utterance(index=0, config=self.config)
 
     async def __aenter__(self) -> Rig:
@@ -168,8 +144,20 @@ class Rig:
                 await self.host.dequeued.wait()
 
 
-def _rig(host: RecordingHost | None = None, **config: Any) -> Rig:
-    return Rig(host, **{"stream_audio": True, "response_format": "pcm", **config})
+def _rig(listener: Listener | None = None, **config: Any) -> Rig:
+    return Rig(None, listener, **{"stream_audio": True, "response_format": "pcm", **config})
+
+
+def _events(rig: Rig) -> list[protocol.ServerMessage]:
+    return [m for kind, m in rig.out.log if kind == "event"]
+
+
+def _done(rig: Rig) -> list[protocol.AudioDone]:
+    return [m for m in _events(rig) if isinstance(m, protocol.AudioDone)]
+
+
+def _errors(rig: Rig) -> list[protocol.Error]:
+    return [m for m in _events(rig) if isinstance(m, protocol.Error)]
 
 
 def _tone(text: str) -> np.ndarray:
@@ -180,8 +168,12 @@ def _tone(text: str) -> np.ndarray:
 
 
 def _snapshot(*objects: Any) -> list[dict[str, Any]]:
-    """Each dataclass's fields (lists copied; other values by identity or value)."""
-    return [{f.name: _copied(getattr(o, f.name)) for f in dataclasses.fields(o)} for o in objects]
+    """Each dataclass's text-side fields (lists copied; other values by
+    identity or value); ``audio`` is the ledger, the stream's to write."""
+    return [
+        {f.name: _copied(getattr(o, f.name)) for f in dataclasses.fields(o) if f.name != "audio"}
+        for o in objects
+    ]
 
 
 def _copied(value: Any) -> Any:
@@ -194,25 +186,33 @@ async def test_segments_are_reported_in_order_with_their_audio() -> None:
         rig.speak(*texts)  # the task starts at the first await
         before = _snapshot(rig.context, rig.utterance, *rig.utterance.segments)
         await rig.until_dequeued(2)
-    assert rig.host.kinds() == ["started", "words", "job", "finished", "dequeued"] * 2
-    # the core's answers go out in order with the audio
-    assert rig.out.markers() == ["start 0", "words 0", "done 0", "start 1", "words 1", "done 1"]
-    kinds = ["audio" if kind == "audio" else str(m.id) for kind, m in rig.out.log]
-    first = kinds[: kinds.index("done 0")]
-    assert first[:2] == ["start 0", "words 0"] and set(first[2:]) == {"audio"}
-    assert kinds.index("done 0") + 1 == kinds.index("start 1")
+    assert rig.host.reports == [("dequeued",)] * 2  # no report per segment or frame
+    # the events about each segment go out in order with its audio, then
+    # the core's answer
+    kinds = [
+        "audio" if kind == "audio" else str(getattr(m, "id", type(m).__name__))
+        for kind, m in rig.out.log
+    ]
+    first = kinds[: kinds.index("AudioDone")]
+    assert first[:2] == ["AudioStart", "Alignment"] and set(first[2:]) == {"audio"}
+    events = [k for k in kinds if k != "audio"]
+    assert events == ["AudioStart", "Alignment", "AudioDone", "dequeued"] * 2
     # each segment's figures are what it sent: s16 PCM at the native rate
-    for (_, index, sent_bytes, samples, failure), text in zip(
-        rig.host.finished(), texts, strict=True
-    ):
-        assert failure is None and index == texts.index(text)
-        assert samples == len(_tone(text)) and sent_bytes == 2 * samples
-    frames = [r for r in rig.host.reports if r[0] == "frame"]
-    assert sum(r[2] for r in frames) == sum(len(_tone(t)) for t in texts)
-    assert len(frames) == len(rig.out.payloads())  # one report per frame sent
-    # the stream wrote none of the core's fields
+    for done, segment, text in zip(_done(rig), rig.utterance.segments, texts, strict=True):
+        ledger = segment.audio
+        assert not done.error and done.sentence_index == texts.index(text)
+        assert ledger.samples == len(_tone(text)) and ledger.sent_bytes == 2 * ledger.samples
+        assert done.total_bytes == ledger.sent_bytes and ledger.finished
+        assert ledger.words is not None and ledger.first_sequence is None  # raw framing
+    messages = sum(s.audio.messages for s in rig.utterance.segments)
+    assert messages == len(rig.out.payloads())  # the ledger counts each message sent
+    # the stream wrote none of the core's fields; its ledger, and the
+    # listener's count of what was sent, hold all of it
     assert _snapshot(rig.context, rig.utterance, *rig.utterance.segments) == before
-    assert rig.context.listener.sent_ms == 0 and rig.utterance.sent_ms == 0
+    total_ms = sum(len(_tone(t)) for t in texts) * 1000 / 22050
+    assert rig.utterance.audio.sent_ms == pytest.approx(total_ms)
+    assert rig.context.listener.sent_ms == pytest.approx(total_ms)
+    assert rig.context.audio.sequence == 0  # raw framing: no sequence numbers
 
 
 async def test_resampled_segments_of_an_utterance_join_as_one_signal() -> None:
@@ -233,11 +233,13 @@ async def test_an_engine_refusal_fails_its_segment_with_the_engine_code() -> Non
     async with _rig() as rig:
         rig.speak("Please refuse this.", "Then go on.")
         await rig.until_dequeued(2)
-    (_, _, sent, samples, failure), (*_, after) = rig.host.finished()
-    assert isinstance(failure, GatewayError) and failure.code == ErrorCode.ENGINE_REFUSED
+    (failure,) = _errors(rig)
+    assert failure.code == ErrorCode.ENGINE_REFUSED
     assert "the reference audio cannot be read" in failure.message
-    assert (sent, samples) == (0, 0)
-    assert after is None  # the stream goes on
+    refused, after = rig.utterance.segments
+    assert (refused.audio.sent_bytes, refused.audio.samples) == (0, 0)
+    assert [d.error for d in _done(rig)] == [True, False]  # the stream goes on
+    assert after.audio.samples > 0
 
 
 async def test_an_exception_that_is_not_a_synthesis_error_is_internal_and_logged(
@@ -247,10 +249,10 @@ async def test_an_exception_that_is_not_a_synthesis_error_is_internal_and_logged
         rig.speak("Give me stereo now.", "Then go on.")
         with caplog.at_level(logging.ERROR, logger="tests.audio_stream"):
             await rig.until_dequeued(2)
-    (*_, failure), (*_, after) = rig.host.finished()
-    assert isinstance(failure, GatewayError) and failure.code == ErrorCode.INTERNAL
+    (failure,) = _errors(rig)
+    assert failure.code == ErrorCode.INTERNAL
     assert "mono" not in failure.message and "ValueError" not in failure.message
-    assert after is None
+    assert [d.error for d in _done(rig)] == [True, False]
     (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert record.exc_info is not None and "expected mono" in str(record.exc_info[1])
 
@@ -258,38 +260,48 @@ async def test_an_exception_that_is_not_a_synthesis_error_is_internal_and_logged
 async def test_a_cancel_drops_held_frames_and_reports_after_the_last_one_sent() -> None:
     """A listener that never reports holds the frames after the first 100 ms;
     the cancel drops them and the report counts only what went out."""
-    host = RecordingHost(Listener("ack", 100))
-    async with _rig(host) as rig:
+    listener = Listener("ack", 100)
+    async with _rig(listener) as rig:
+        host = rig.host
         rig.speak("A long sentence that takes a while to speak out loud.", "And another one.")
         async with asyncio.timeout(10):
-            while host.listener.sent_ms < 100:
+            while listener.sent_ms < 100:
                 await asyncio.sleep(0.01)
         sent_before = b"".join(rig.out.payloads())
         rig.utterance.cancelled = True  # the core's write
         assert rig.stream.cancel([rig.utterance])  # it was being spoken
-        host.listener.interrupt()
+        listener.interrupt()
         async with asyncio.timeout(10):
             await host.cancelled.wait()
         assert not rig.stream.queue  # the next segment was dropped
     (cancel,) = [r for r in host.reports if r[0] == "cancel"]
-    assert cancel == ("cancel", 0, len(sent_before), True)
+    assert cancel == ("cancel", 0, True)
+    # the report's figures: the ledger counts only what went out
+    assert rig.utterance.segments[0].audio.sent_bytes == len(sent_before)
     assert b"".join(rig.out.payloads()) == sent_before  # nothing after the cancel
-    assert not host.finished()
+    assert not _done(rig)
 
 
-async def test_tagged_frames_carry_the_cores_positions() -> None:
-    """The stream reads the header's positions from the core's records (a
-    host that moves nothing leaves them where they were) and flags the
-    segment's first and last frames itself."""
+async def test_tagged_frames_carry_the_ledgers_positions() -> None:
+    """The header's positions are the ledger's: the context's sequence goes
+    on from where it was (+1 a message), the sample offset from the
+    utterance's audio sent; the stream flags the segment's first and last
+    frames itself."""
     async with _rig(framing="tagged") as rig:
-        rig.context.sequence = 41
-        rig.utterance.sent_ms = 1000.0
+        rig.context.audio.sequence = 41
+        rig.utterance.audio.sent_ms = 1000.0
         rig.speak("Short one.")
         await rig.until_dequeued(1)
     headers = [unpack_frame(p)[0] for p in rig.out.payloads()]
     assert len(headers) > 2
-    assert {(h.context, h.utterance_index, h.sequence) for h in headers} == {(7, 0, 41)}
-    assert {h.sample_offset for h in headers} == {22050}
+    assert {(h.context, h.utterance_index) for h in headers} == {(7, 0)}
+    assert [h.sequence for h in headers] == list(range(41, 41 + len(headers)))
+    assert rig.context.audio.sequence == 41 + len(headers)
+    assert rig.utterance.segments[0].audio.first_sequence == 41
+    offsets = [h.sample_offset for h in headers]
+    assert offsets[0] == 22050 and offsets == sorted(offsets)
+    frame_samples = [(len(unpack_frame(p)[1])) // 2 for p in rig.out.payloads()]
+    assert offsets[1:] == [22050 + sum(frame_samples[: i + 1]) for i in range(len(offsets) - 1)]
     assert [bool(h.flags & FrameFlags.FIRST) for h in headers] == [True] + [False] * (
         len(headers) - 1
     )

@@ -10,6 +10,7 @@ tests/flow/test_backpressure.py cover the socket).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,13 @@ from gateway.engines.synthetic import SyntheticEngine
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
+from gateway.session import segment_events
 from gateway.session.audio_stream import QueuedSegment
 from gateway.session.cancel_report import cancel_report, heard_position
 from gateway.session.core import AnswerVoiceRequest, Close, CloseWhenDone, Session, State
+from gateway.session.endings import Endings
+from gateway.session.ledger import ContextAudio, SegmentAudio
+from gateway.session.streams import SessionStreams
 from gateway.session.utterance import Utterance
 from gateway.session.voice_requests import VoiceDesk
 from gateway.voices.store import VoiceStore
@@ -449,12 +454,12 @@ def _utterance(*sentences: tuple[str, float, float, bool]) -> Utterance:
     spread evenly over the audio."""
     utt = Utterance(index=3, config=protocol.EffectiveConfig(**_DEFAULTS))
     for text, start, length, finished in sentences:
-        s = utt.add_segment(text)
+        s = utt.add_segment(text).audio
         s.started, s.finished, s.start_ms, s.audio_ms = True, finished, start, length
         words = text.split()
         span = length / len(words)
         s.words = tuple(WordTiming(w, i * span, (i + 1) * span) for i, w in enumerate(words))
-        utt.sent_ms = start + length
+        utt.audio.sent_ms = start + length
     return utt
 
 
@@ -521,7 +526,7 @@ def test_cancel_report_closes_the_open_sentence_of_its_utterance() -> None:
     assert isinstance(done, protocol.AudioDone)
     assert (done.total_bytes, done.audio_ms, done.cancelled) == (999, 120, True)
     assert messages[2].unspoken_text.endswith("five six")  # type: ignore[union-attr]
-    assert open_sentence.audio_ms == 120  # the report changes nothing
+    assert open_sentence.audio.audio_ms == 120  # the report changes nothing
 
 
 # --- contexts -----------------------------------------------------------------------
@@ -667,7 +672,7 @@ def test_heard_split_falls_back_to_whitespace_tokens(
     text: str, words: list[str], position: float, spoken: str, unspoken: str
 ) -> None:
     utt = Utterance(index=0, config=protocol.EffectiveConfig(**_DEFAULTS))
-    sentence = utt.add_segment(text)
+    sentence = utt.add_segment(text).audio
     sentence.started = True
     sentence.words = tuple(WordTiming(w, i * 100.0, (i + 1) * 100.0) for i, w in enumerate(words))
     assert utt.heard_split(position, "") == (spoken, unspoken)
@@ -678,10 +683,10 @@ def test_heard_split_is_a_prefix_a_silent_segment_after_a_half_heard_one_is_unsp
     silent segments after a half-heard one as spoken, out of order."""
     utt = Utterance(index=0, config=protocol.EffectiveConfig(**_DEFAULTS))
     # the words cover the start only: the rest of the text was silent markup
-    heard = utt.add_segment("See this. [r1]: https://e.co/1")
+    heard = utt.add_segment("See this. [r1]: https://e.co/1").audio
     heard.started, heard.finished, heard.start_ms, heard.audio_ms = True, True, 0.0, 200.0
     heard.words = (WordTiming("See", 0.0, 100.0), WordTiming("this.", 100.0, 200.0))
-    silent = utt.add_segment("[r2]: https://e.co/2")
+    silent = utt.add_segment("[r2]: https://e.co/2").audio
     silent.started, silent.finished, silent.start_ms, silent.audio_ms = True, True, 200.0, 0.0
     assert utt.heard_split(999.0, "") == (
         "See this.",
@@ -689,7 +694,7 @@ def test_heard_split_is_a_prefix_a_silent_segment_after_a_half_heard_one_is_unsp
     )
 
 
-# --- what the audio stream reports ---------------------------------------------------
+# --- what the audio stream writes: the ledger, and the events it builds from it --------
 
 
 def _reported(h: Harness, text: str = "One two.") -> QueuedSegment:
@@ -700,33 +705,60 @@ def _reported(h: Harness, text: str = "One two.") -> QueuedSegment:
     return QueuedSegment(ctx, ctx.utterance, ctx.utterance.add_segment(text))
 
 
-async def test_the_core_applies_what_the_stream_reports(h: Harness) -> None:
+def _start(item: QueuedSegment) -> list[protocol.ServerMessage]:
+    """What the stream does as a segment's audio begins."""
+    item.utterance.audio.start_segment(item.segment.audio)
+    return segment_events.audio_start(item.context, item.utterance, item.segment)
+
+
+def _frame_sent(item: QueuedSegment, payload: bytes, samples: int) -> None:
+    """What the stream writes for one message of audio it sent."""
+    ctx, utt = item.context, item.utterance
+    tagged = utt.config.framing == "tagged"
+    ctx.audio.message_sent(item.segment.audio, payload, numbered=tagged)
+    utt.audio.count_sent(item.segment.audio, samples, utt.config.sample_rate, 1.0)
+
+
+def _finish(item: QueuedSegment, failure: GatewayError | None) -> list[protocol.ServerMessage]:
+    utt = item.utterance
+    utt.audio.finish_segment(item.segment.audio, utt.config.sample_rate)
+    return segment_events.audio_done(item.context, utt, item.segment, failure)
+
+
+async def test_the_ledger_holds_what_the_stream_sent(h: Harness) -> None:
     h.handle(protocol.SessionConfig(**{**_STREAMED, "framing": "tagged", "timestamps": True}))
     first = _reported(h)
     utt, ctx = first.utterance, first.context
-    (start,) = h.session.segment_started(first)
+    (start,) = _start(first)
     assert isinstance(start, protocol.AudioStart)
     assert (start.context_id, start.sentence_index, start.sentence_text) == ("c", 0, "One two.")
     assert start.context_number == ctx.number and start.sample_rate == 22050
-    assert first.segment.started and first.segment.start_ms == 0
+    assert first.segment.audio.started and first.segment.audio.start_ms == 0
     for _ in range(10):  # 10 frames of 20 ms at 22050 Hz
-        h.session.frame_sent(first, 441)
-    assert utt.sent_ms == pytest.approx(200) and ctx.sequence == 10
-    assert utt.first_audio_at is not None
-    h.session.job_ended(first, SegmentStats(queue_ms=5.0, compute_ms=30.0))
-    (done,) = h.session.segment_finished(first, 8820, 4410, None)
-    assert isinstance(done, protocol.AudioDone) and not done.error
-    assert first.segment.finished and first.segment.audio_ms == pytest.approx(200)
+        _frame_sent(first, bytes(882), 441)
+    assert utt.audio.sent_ms == pytest.approx(200) and ctx.audio.sequence == 10
+    assert utt.audio.first_audio_at is not None
+    assert (first.segment.audio.first_sequence, first.segment.audio.messages) == (0, 10)
+    utt.audio.account(SegmentStats(queue_ms=5.0, compute_ms=30.0))
+    (done,) = _finish(first, None)
+    assert isinstance(done, protocol.AudioDone) and not done.error and done.total_bytes == 8820
+    assert first.segment.audio.finished and first.segment.audio.audio_ms == pytest.approx(200)
     # the next segment starts where the utterance is: alignment in utterance time
     second = QueuedSegment(ctx, utt, utt.add_segment("Three."))
-    h.session.segment_started(second)
-    assert second.segment.start_ms == pytest.approx(200)
-    (alignment,) = h.session.words_timed(second, (WordTiming("Three", 0.0, 150.0),))
+    _start(second)
+    assert second.segment.audio.start_ms == pytest.approx(200)
+    assert second.segment.audio.start_sample == 4410
+    words = (WordTiming("Three", 0.0, 150.0),)
+    mapped = second.segment.audio.add_words(words, second.segment.spoken_form)
+    (alignment,) = segment_events.alignment(ctx, utt, second.segment, mapped)
     assert isinstance(alignment, protocol.Alignment) and alignment.sentence_index == 1
     assert (alignment.words[0].start_ms, alignment.words[0].end_ms) == (200.0, 350.0)
-    assert second.segment.words == (WordTiming("Three", 0.0, 150.0),)
-    h.session.job_ended(second, SegmentStats(queue_ms=9.0, compute_ms=20.0))
-    assert (utt.queue_ms, utt.compute_ms) == (5.0, 50.0)  # the first queue time, all compute
+    assert second.segment.audio.words == words
+    _frame_sent(second, bytes(2), 1)
+    assert second.segment.audio.first_sequence == 10  # the context's count goes on
+    utt.audio.account(SegmentStats(queue_ms=9.0, compute_ms=20.0))
+    # the first queue time, all compute
+    assert (utt.audio.queue_ms, utt.audio.compute_ms) == (5.0, 50.0)
 
 
 _STREAMED: dict[str, Any] = {"voice": "tone", "stream_audio": True, "response_format": "pcm"}
@@ -735,13 +767,25 @@ _STREAMED: dict[str, Any] = {"voice": "tone", "stream_audio": True, "response_fo
 async def test_raw_frames_move_no_sequence_and_alignment_waits_for_timestamps(h: Harness) -> None:
     h.handle(protocol.SessionConfig(**_STREAMED))
     item = _reported(h)
-    h.session.segment_started(item)
-    h.session.frame_sent(item, 0)  # a WAV header: no audio
-    assert item.utterance.first_audio_at is None
-    h.session.frame_sent(item, 441)
-    assert item.context.sequence == 0 and item.utterance.sent_ms == pytest.approx(20)
-    assert h.session.words_timed(item, (WordTiming("One", 0.0, 10.0),)) == []
-    assert item.segment.words is not None  # kept for the cancel report all the same
+    _start(item)
+    _frame_sent(item, b"RIFF", 0)  # a WAV header: no audio
+    assert item.utterance.audio.first_audio_at is None
+    _frame_sent(item, bytes(882), 441)
+    assert item.context.audio.sequence == 0 and item.utterance.audio.sent_ms == pytest.approx(20)
+    assert item.segment.audio.first_sequence is None
+    mapped = item.segment.audio.add_words((WordTiming("One", 0.0, 10.0),), item.segment.spoken_form)
+    assert segment_events.alignment(item.context, item.utterance, item.segment, mapped) == []
+    assert item.segment.audio.words is not None  # kept for the cancel report all the same
+
+
+def test_audio_chunk_events_take_no_sequence_number() -> None:
+    """vllm-omni 0.30's JSON audio.chunk frames are not binary messages: the
+    binary sequence numbers skip them, under any framing."""
+    ctx = ContextAudio(sequence=5)
+    segment = SegmentAudio()
+    ctx.message_sent(segment, bytes(10), numbered=False)
+    assert ctx.sequence == 5 and segment.first_sequence is None
+    assert (segment.messages, segment.sent_bytes) == (1, 10)
 
 
 @pytest.mark.parametrize(
@@ -756,14 +800,73 @@ async def test_a_failed_segment_is_an_error_beside_its_audio_done(
 ) -> None:
     h.handle(protocol.SessionConfig(**_STREAMED))
     item = _reported(h)
-    h.session.segment_started(item)
-    error, done = h.session.segment_finished(item, sent_bytes, sent_bytes // 2, failure)
+    _start(item)
+    if sent_bytes:
+        _frame_sent(item, bytes(sent_bytes), sent_bytes // 2)
+    error, done = _finish(item, failure)
     assert isinstance(error, protocol.Error) and isinstance(done, protocol.AudioDone)
     assert (error.code, error.message, error.context_id) == (failure.code, failure.message, "c")
     # vllm-omni 0.30's "discard" once part of the sentence's audio went out
     assert error.action == ("discard" if partial else "sentence_skipped")
     assert error.partial_audio is partial
     assert not error.fatal and done.error and done.total_bytes == sent_bytes
+
+
+class CountingHost:
+    """Stands between a session's streams and its core: counts every call a
+    stream makes into the core (any attribute it calls, not only those
+    ``StreamHost`` declares), with the number of frames sent before it."""
+
+    def __init__(self, core: Endings, out: RecordingSender) -> None:
+        self._core = core
+        self._out = out
+        self.calls: list[tuple[str, int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._core, name)
+        if not callable(attribute):
+            return attribute
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, self._out.frames))
+            return attribute(*args, **kwargs)
+
+        return counted
+
+
+@pytest.mark.parametrize("flow_control", ["none", "realtime"])
+async def test_a_frame_costs_no_call_from_the_stream_into_the_core(flow_control: str) -> None:
+    """The per-frame accounting stays in the stream (the ledger, the
+    listener): the core hears of a segment once it left the queue, and of
+    nothing per frame."""
+    h = Harness()
+    session = h.session
+    counting = CountingHost(session.endings, h.out)
+    env = dataclasses.replace(session.audio_streams.env, host=counting)
+    session.audio_streams = SessionStreams(env)
+    try:
+        h.handle(
+            protocol.SessionConfig(
+                **{**_STREAMED, "framing": "tagged", "flow_control": flow_control}
+            )
+        )
+        h.handle(protocol.InputText(text="One sentence to speak. And a second one here."))
+        h.handle(protocol.InputDone())
+        await h.out.wait_for(protocol.SessionDone)
+    finally:
+        await session.shutdown()
+    (ctx,) = session.contexts
+    segments = sum(isinstance(e, protocol.AudioDone) for e in h.out.events)
+    assert segments == 2 and h.out.frames > 20 * segments
+    assert ctx.audio.sequence == h.out.frames  # every frame is in the ledger
+    # per segment, the stream asks for the cancel reports (none) and reports
+    # it left the queue: never between two frames of a segment
+    assert [name for name, _ in counting.calls] == [
+        "cancelled_audio_ended",
+        "segment_dequeued",
+    ] * segments
+    frames_at_calls = {frames for _, frames in counting.calls}
+    assert len(frames_at_calls) == segments  # both calls of a segment after its last frame
 
 
 async def _spoken_by_faulty_engine(text: str) -> list[Any]:

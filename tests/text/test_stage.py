@@ -4,7 +4,6 @@ capabilities give.  Pure: no server, no engine."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,8 @@ from gateway.engines.orpheus.tags import EMOTION_TAGS
 from gateway.text.frontend import Span, SpokenSegment
 from gateway.text.stage import (
     LexiconError,
-    SilentJob,
     frontend_options,
     load_lexicon,
-    pause_ms,
-    pause_samples,
     source_words,
 )
 
@@ -60,23 +56,6 @@ def test_source_words_identity_and_unknown_words() -> None:
         ("there,", 6, 12),
         ("friend.", 13, 20),
     ]
-
-
-def test_pauses_before_and_after_the_speech() -> None:
-    seg = SpokenSegment("a", "Hello there.", (), pauses=((0, 200), (5, 300), (12, 100)))
-    assert pause_ms(seg) == (200, 400)
-    only = SpokenSegment('<break time="1s"/>', "", (), pauses=((0, 1000),))
-    assert pause_ms(only) == (1000, 0)
-    assert pause_ms(None) == (0, 0)
-    assert pause_samples(250, 16000).shape == (4000,)
-    assert not pause_samples(250, 16000).any()
-
-
-def test_silent_job_has_no_events() -> None:
-    async def events() -> list[object]:
-        return [e async for e in SilentJob()]
-
-    assert asyncio.run(events()) == []
 
 
 def test_the_server_lexicon_file(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The delivery pipeline (gateway.text.pipeline) on the real synthetic
+"""The delivery pipeline (gateway.delivery.segment) on the real synthetic
 engine's jobs, with no server: resampled audio, failures classified once,
 the job stopped when the sink stops reading."""
 
@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.audio.resample import StreamResampler
+from gateway.delivery.segment import INTERNAL_MESSAGE, Audio, SegmentAudio, segment_job
+from gateway.delivery.silence import SilentJob
 from gateway.engines.base import (
     EngineEvent,
     SegmentRequest,
@@ -21,7 +23,7 @@ from gateway.engines.base import (
 )
 from gateway.engines.synthetic import SAMPLE_RATE, SyntheticEngine
 from gateway.errors import ErrorCode
-from gateway.text.pipeline import INTERNAL_MESSAGE, Audio, SegmentAudio
+from gateway.text.frontend import SpokenSegment
 from tests.conftest import test_settings as make_settings
 
 
@@ -88,7 +90,7 @@ async def test_a_failure_is_classified_and_the_job_cancelled(
 ) -> None:
     job = _Failing(exc)
     segment = SegmentAudio(job, StreamResampler(SAMPLE_RATE, SAMPLE_RATE), where="test")
-    with caplog.at_level(logging.WARNING, logger="gateway.text.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="gateway.delivery.segment"):
         events = await _read(segment)  # never raises
     assert sum(isinstance(e, Audio) for e in events) == 1  # the audio before it
     assert segment.failure is not None
@@ -121,3 +123,41 @@ async def test_a_broken_sink_is_internal_without_its_text(
     assert error.code is ErrorCode.INTERNAL and "secret" not in error.message
     assert job.cancelled and segment.failure is error
     assert caplog.records[-1].exc_info is not None
+
+
+async def test_a_segment_with_nothing_to_speak_calls_no_engine() -> None:
+    """``segment_job``, the one way both surfaces make a segment's job."""
+    engine = SyntheticEngine(make_settings(engine="synthetic"))
+    stream = engine.open_stream(StreamRequest(voice="tone"))
+    asked: list[SegmentRequest] = []
+
+    def submit(request: SegmentRequest) -> SynthesisJob:
+        asked.append(request)
+        return stream.submit(request)
+
+    silent = segment_job(" \n", 5.0, submit)
+    assert isinstance(silent, SilentJob) and asked == []
+    spoken = segment_job("Say this.", 7.0, submit)
+    assert [(r.text, r.deadline) for r in asked] == [("Say this.", 7.0)]
+    assert [e async for e in silent] == []
+    assert any(not isinstance(e, WordTimings) for e in [e async for e in spoken])
+    stream.close()
+
+
+@pytest.mark.parametrize(
+    ("pauses", "text", "before_ms", "after_ms"),
+    [
+        (((0, 200), (5, 300), (12, 100)), "Hello there.", 200, 400),
+        (((0, 1000),), "", 1000, 0),  # a <break> alone: all before
+        ((), "Hello.", 0, 0),
+    ],
+)
+def test_the_pauses_are_silence_at_the_output_rate(
+    pauses: tuple[tuple[int, int], ...], text: str, before_ms: int, after_ms: int
+) -> None:
+    spoken = SpokenSegment("source", text, (), pauses=pauses)
+    segment = SegmentAudio(SilentJob(), StreamResampler(16000, 16000), spoken=spoken)
+    before, after = segment.pause_before(), segment.pause_after()
+    assert (before.size, after.size) == (before_ms * 16, after_ms * 16)
+    assert not before.any() and not after.any()
+    assert SegmentAudio(SilentJob(), StreamResampler(16000, 16000)).pause_before().size == 0

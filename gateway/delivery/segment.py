@@ -1,16 +1,19 @@
-"""The delivery pipeline shared by WebSocket and HTTP speech: one segment's
-engine job in, resampled audio out, failures classified once.
+"""One segment spoken, the same on WebSocket and HTTP: its engine job in,
+its audio out at the output rate with its pauses, failures classified once.
 
 Both surfaces speak text the same way::
 
-    segments (gateway.text.queue) -> engine job -> resample -> the sink
+    segments (gateway.delivery.queue) -> segment_job -> SegmentAudio -> the sink
 
-The queue orders the segments and submits the next one early;
-``SegmentAudio`` reads one segment's job and yields its events with the
+The queue orders the segments and submits the next one early
+(``segment_job``: the engine's job, or a ``SilentJob`` when the segment has
+nothing to speak); ``SegmentAudio`` gives the segment's SSML pause before
+its speech (``pause_before``), reads its job and yields its events with the
 audio already at the output rate (through the caller's ``StreamResampler``,
-which carries its state from one segment to the next); the sink frames or
-encodes what it gets: the WebSocket's ``AudioStream`` (tagged or raw frames,
-flow control, the session buffer) and the HTTP API's ``synthesize`` plus
+which carries its state from one segment to the next), then its pause
+after (``pause_after``, once the job completed); the sink frames or encodes
+what it gets: the WebSocket's ``AudioStream`` (tagged or raw frames, flow
+control, the session buffer) and the HTTP API's ``synthesize`` plus
 ``ContainerEncoder`` (``gateway.http.synthesis``).
 
 Failure handling is written here and nowhere else: an engine's
@@ -32,15 +35,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from gateway.audio.resample import StreamResampler
-from gateway.engines.base import AudioChunk, SynthesisError, SynthesisJob, WordTimings
+from gateway.delivery.silence import SilentJob, pause_ms, pause_samples
+from gateway.engines.base import (
+    AudioChunk,
+    SegmentRequest,
+    SynthesisError,
+    SynthesisJob,
+    WordTimings,
+)
 from gateway.errors import ErrorCode, GatewayError
+from gateway.text.frontend import SpokenSegment
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +67,17 @@ class Audio:
     #: the engine chunk's length in samples at the voice's rate (the session
     #: buffer releases what the engine reserved, in those units)
     native_samples: int
+
+
+def segment_job(
+    text: str, deadline: float, submit: Callable[[SegmentRequest], SynthesisJob]
+) -> SynthesisJob:
+    """The job that speaks a segment whose engine text is ``text``: the
+    engine's (``submit``, called only then), or a ``SilentJob`` when there is
+    nothing to speak (its pauses are made by ``SegmentAudio``)."""
+    if not text.strip():
+        return SilentJob()
+    return submit(SegmentRequest(text=text, deadline=deadline))
 
 
 def failure_error(exc: Exception) -> GatewayError:
@@ -74,26 +96,46 @@ def failure_error(exc: Exception) -> GatewayError:
 
 
 class SegmentAudio:
-    """One segment's engine job as its sink reads it.
+    """One segment as its sink speaks it: ``pause_before()``, then
+    ``events()``, then ``pause_after()``.
 
     ``events()`` yields ``WordTimings`` and ``Audio`` in the engine's order,
     and ends early, without raising, when the job fails: ``failure`` then
-    holds the error to report.  Use it under ``contextlib.aclosing``."""
+    holds the error to report.  Use it under ``contextlib.aclosing``.
+    ``spoken``: the segment's spoken form, whose SSML ``<break>`` pauses are
+    silence made here (None: none)."""
 
     def __init__(
         self,
         job: SynthesisJob,
         resampler: StreamResampler,
         *,
+        spoken: SpokenSegment | None = None,
         where: str = "",
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
     ) -> None:
         self.job = job
         self.resampler = resampler
+        self._pauses = pause_ms(spoken)
         self.where = where  #: for the log line: which request, context, segment
         self.log = logger
         self.failure: GatewayError | None = None
         self.complete = False  #: the job's events ran to their end
+
+    def pause_before(self) -> npt.NDArray[np.float32]:
+        """The silence before the segment's speech, at the output rate
+        (empty: none)."""
+        return self._silence(self._pauses[0])
+
+    def pause_after(self) -> npt.NDArray[np.float32]:
+        """The silence after the segment's speech, at the output rate (empty:
+        none); for a segment whose job completed and that was not cut."""
+        return self._silence(self._pauses[1])
+
+    def _silence(self, ms: int) -> npt.NDArray[np.float32]:
+        piece = pause_samples(ms, self.resampler.in_rate)
+        # through the resampler: its state carries across the segment's audio
+        return self.resampler.process(piece) if piece.size else piece
 
     def broke(self) -> GatewayError:
         """The sink failed on this segment's audio (a bug: called in its

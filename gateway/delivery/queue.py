@@ -1,4 +1,4 @@
-"""The segment pipeline shared by WebSocket and HTTP speech.
+"""The segment queue shared by WebSocket and HTTP speech.
 
 Both paths speak text as a sequence of segments (``gateway.text.segmenter``),
 each one engine job, in order: the segment being spoken is ``current``, the
@@ -11,7 +11,7 @@ that bookkeeping; submitting a segment (the engine call) is the caller's
 
 Users: ``gateway.session.audio_stream.AudioStream`` (a session's live queue, fed as text
 arrives) and ``gateway.http.synthesis.synthesize`` (a whole request's text);
-both read each segment's job through ``gateway.text.pipeline.SegmentAudio``.
+both speak each segment through ``gateway.delivery.segment.SegmentAudio``.
 No I/O, no tasks.
 """
 
@@ -22,8 +22,6 @@ from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 from gateway.engines.base import SynthesisJob
-from gateway.text.frontend import InputFormat
-from gateway.text.segmenter import Segmenter, is_speakable
 
 
 class HasJob(Protocol):
@@ -95,23 +93,3 @@ class SegmentQueue(Generic[S]):
         """Cancel every job and forget the waiting segments."""
         self.cancel_jobs()
         self.waiting.clear()
-
-
-def committed_segments(
-    text: str,
-    max_chars: int,
-    input_format: InputFormat | None = None,
-    markup_tags: tuple[str, ...] = (),
-) -> list[str]:
-    """A whole text cut into segments as a stream of it would be (the HTTP
-    API's input, read by the front-end: a code fence alone is a segment)."""
-    segmenter = Segmenter(
-        "auto", max_chars=max_chars, input_format=input_format, markup_tags=markup_tags
-    )
-    pieces = segmenter.push(text) + segmenter.flush()
-    return [p.strip() for p in pieces if p.strip()]
-
-
-def speakable_segments(text: str, max_chars: int) -> list[str]:
-    """A whole text cut into speakable segments, read as written."""
-    return [p for p in committed_segments(text, max_chars) if is_speakable(p)]

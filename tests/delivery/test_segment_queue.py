@@ -1,13 +1,14 @@
-"""The segment pipeline's bookkeeping (gateway.text.queue), on the real
+"""The segment pipeline's bookkeeping (gateway.delivery.queue), on the real
 synthetic engine's jobs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.delivery.queue import SegmentQueue
 from gateway.engines.base import SegmentRequest, StreamRequest, SynthesisJob
 from gateway.engines.synthetic import SyntheticEngine
-from gateway.text.queue import SegmentQueue, speakable_segments
+from gateway.text.whole_text import speakable_segments
 from tests.conftest import test_settings as make_settings
 
 
