@@ -4,12 +4,17 @@ the segmenter and read segment by segment, in every input format.
 
 Bounds are on this thread's CPU time (not wall time: the machine is shared)
 and generous, about 10x what was measured (docs/text.md, "Cost"): they catch
-a quadratic scan or a regex that backtracks, not a slow machine.
+a quadratic scan or a regex that backtracks, not a slow machine.  The
+garbage collector is held off while measuring (a full collection of the
+suite's heap, counted in this thread's time, once took a segment to 46 ms),
+and a segment's reading counts its fastest of three.
 """
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -34,6 +39,26 @@ MAX_PUSH_S = 0.010
 MAX_SEGMENT_S = 0.030
 
 
+@pytest.fixture(autouse=True)
+def _no_collection_while_timed() -> Iterator[None]:
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _read_cpu_s(frontend: FrontEnd, segment: str) -> float:
+    """The fastest of three readings of ``segment`` (this thread's CPU)."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.thread_time()
+        frontend.process(segment)
+        best = min(best, time.thread_time() - t0)
+    return best
+
+
 @pytest.mark.parametrize("fmt", ["markdown", "ssml", "plain"])
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_hostile_text_is_cut_and_read_in_bounded_time(name: str, fmt: InputFormat) -> None:
@@ -50,9 +75,8 @@ def test_hostile_text_is_cut_and_read_in_bounded_time(name: str, fmt: InputForma
     assert all(len(s) <= 300 for s in segments)
     frontend = FrontEnd(FrontEndOptions(input_format=fmt, emoji="name"))
     for segment in segments:
-        t0 = time.thread_time()
         try:
-            frontend.process(segment)
+            spent = _read_cpu_s(frontend, segment)
         except FrontEndError:
             break  # malformed SSML: refused, and the rest is not read
-        assert time.thread_time() - t0 < MAX_SEGMENT_S, (name, fmt, segment[:40])
+        assert spent < MAX_SEGMENT_S, (name, fmt, segment[:40])
