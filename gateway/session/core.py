@@ -248,6 +248,12 @@ class Session:
                 ]
             case protocol.VoiceList() | protocol.VoiceAdd() | protocol.VoiceRemove():
                 return [AnswerVoiceRequest(message)]
+            case protocol.SessionResume():
+                raise GatewayError(
+                    ErrorCode.RESUME_INVALID,
+                    "session.resume must be the first message of a new connection;"
+                    " this connection already has its session",
+                )
             case _:
                 assert_never(message)
 
