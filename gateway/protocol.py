@@ -141,6 +141,9 @@ class SessionResume(_Message, tag="session.resume", kw_only=True):
 
     resume_token: str
     received: list[ReceivedMessages] = msgspec.field(default_factory=list)
+    #: JSON messages received on the dropped connection after its
+    #: ``session.created`` (and ``session.resumed``); null: not counted
+    events: Annotated[int, Meta(ge=0)] | None = None
 
 
 #: a client's id for a ``voice.*`` request, echoed in its result or error
