@@ -242,3 +242,27 @@ async def test_session_close_does_not_suspend(
         ws2, error = await _resume(server, created["resume_token"], 0)
         assert error["code"] == "resume_invalid"
         await ws2.close()
+
+
+async def test_a_suspended_session_counts_and_can_still_be_resumed_at_the_limit(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(resume_window_s=30, max_sessions=1)
+    ws, created = await _configured(server)
+    _drop(ws)
+    async with asyncio.timeout(30):
+        while server.state.resumes.suspended == 0:  # the server runs in its own thread
+            await asyncio.sleep(0.01)
+        assert server.state.sessions == 1  # the suspended session still counts
+        # a new conversation is refused at the limit (after its first message)
+        new, _ = await _open(server)
+        await send(new, type="input.text", text="Hello there.")
+        assert await _refused(new) == ("busy", 1013)
+        # the suspended session's resume is let in
+        ws2, again = await _resume(server, created["resume_token"], 0)
+        assert again["type"] == "session.created"
+        assert json.loads(await ws2.recv())["type"] == "session.resumed"
+        # and with no session suspended, a new connection is refused at once
+        ws3 = await open_ws(server.ws_url)
+        assert await _refused(ws3) == ("busy", 1013)
+        await ws2.close()

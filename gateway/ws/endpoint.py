@@ -77,24 +77,20 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             CloseCode.POLICY,
         )
         return
+    full: GatewayError | None = None
     if state.sessions_by_client.get(client, 0) >= per_client:
-        await _refuse(
-            out,
-            GatewayError(ErrorCode.BUSY, f"{holder} already has {per_client} sessions open"),
-            CloseCode.TRY_AGAIN,
+        full = GatewayError(ErrorCode.BUSY, f"{holder} already has {per_client} sessions open")
+    elif state.sessions >= settings.max_sessions:
+        full = GatewayError(
+            ErrorCode.BUSY, f"the server is at its limit of {settings.max_sessions} sessions"
         )
-        return
-    if state.sessions >= settings.max_sessions:
-        await _refuse(
-            out,
-            GatewayError(
-                ErrorCode.BUSY, f"the server is at its limit of {settings.max_sessions} sessions"
-            ),
-            CloseCode.TRY_AGAIN,
-        )
+    if full is not None and not state.resumes.suspended:
+        await _refuse(out, full, CloseCode.TRY_AGAIN)
         return
     credential = credential_of(presented_key(websocket))
     conn = _open_session(state, out, client, credential, websocket.app.state.voice_store)
+    # at a limit that suspended sessions fill: this connection may only resume one
+    conn.resume_only = full
     session = conn.session
     session.log.info("session opened from %s%s", address, f" ({agent})" if agent else "")
     generation = conn.generation
@@ -110,7 +106,7 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             conn.session.log.info("session resumed from %s", address)
             read = await _read_loop(websocket, conn, first=False)
         outcome = read if isinstance(read, Outcome) else Outcome.ENDED
-    except GatewayError as error:  # a refused session.resume
+    except GatewayError as error:  # a refused session.resume (or new session: resume_only)
         conn.session.log.info("resume refused: %s", error.code)
         await _refuse(out, error)
     except ConnectionGone:
@@ -268,6 +264,9 @@ class Connection:
         #: bumped at each resume: a reader of an older connection stops
         self.generation = 0
         self.ended = False
+        #: why a new session would have been refused: the connection was let
+        #: in at a full server only to resume a suspended session
+        self.resume_only: GatewayError | None = None
         #: the end of a suspended session that was not resumed in time
         self._expiry: asyncio.Task[None] | None = None
 
@@ -554,6 +553,8 @@ async def _read_loop(
                 return Outcome.ENDED
         if was_first and isinstance(message, protocol.SessionResume):
             return message
+        if was_first and conn.resume_only is not None:
+            raise conn.resume_only  # refused (busy) as a new session
         if not await conn.receive(message):
             return Outcome.ENDED
     return Outcome.ENDED
