@@ -266,3 +266,50 @@ async def test_a_suspended_session_counts_and_can_still_be_resumed_at_the_limit(
         ws3 = await open_ws(server.ws_url)
         assert await _refused(ws3) == ("busy", 1013)
         await ws2.close()
+
+
+async def test_resume_with_two_contexts_continues_each(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(resume_window_s=30)
+    ws, created = await _configured(server)
+    for cid in ("a", "b"):
+        await send(ws, type="input.text", text=TEXT, context_id=cid)
+        await send(ws, type="input.done", context_id=cid)
+    before = Transcript()
+    async with asyncio.timeout(30):
+        while len(before.binary) < 16:
+            raw = await ws.recv()
+            before.items.append(raw if isinstance(raw, bytes) else json.loads(raw))
+    _drop(ws)
+    numbers = {s["context_number"]: s["context_id"] for s in before.of("audio.start")}
+    counts = {cid: 0 for cid in ("a", "b")}
+    for frame in before.binary:
+        counts[numbers[unpack_frame(frame)[0].context]] += 1
+    async with asyncio.timeout(60):
+        ws2, _ = await _open(server)
+        await send(
+            ws2,
+            type="session.resume",
+            resume_token=created["resume_token"],
+            received=[{"context_id": c, "messages": n} for c, n in counts.items()],
+            events=len(before.events) + 1,  # and the session.updated before them
+        )
+        assert json.loads(await ws2.recv())["type"] == "session.created"
+        resumed = json.loads(await ws2.recv())
+        assert {c["context_id"]: c["next_sequence"] for c in resumed["contexts"]} == counts
+        after = await recv_until(ws2, Transcript(), count=2)
+        await ws2.close()
+    every = before.items + after.items
+    for cid in ("a", "b"):
+        starts = [e for e in every if isinstance(e, dict) and e["type"] == "audio.start"]
+        number = next(s["context_number"] for s in starts if s["context_id"] == cid)
+        frames = [f for f in before.binary + after.binary if unpack_frame(f)[0].context == number]
+        done = [
+            e
+            for e in every
+            if isinstance(e, dict) and e["type"] == "audio.done" and e["context_id"] == cid
+        ]
+        assert len({(d["utterance_index"], d["sentence_index"]) for d in done}) == len(done)
+        _check_continuous(frames, done)
+    assert sorted(d["context_id"] for d in after.of("session.done")) == ["a", "b"]
