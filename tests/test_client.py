@@ -270,7 +270,8 @@ async def test_resume_after_a_drop_continues_the_audio(
         client._ws.transport.abort()  # the network drops
         async with asyncio.timeout(30):
             resumed = await client.resume()
-            assert resumed.contexts[0].next_sequence == 10
+            # the frames its reader had queued count too: they are still to come
+            assert resumed.contexts[0].next_sequence >= 10
             while True:
                 event = await client.next_event()
                 if isinstance(event, AudioFrame):

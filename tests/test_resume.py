@@ -313,3 +313,48 @@ async def test_resume_with_two_contexts_continues_each(
         assert len({(d["utterance_index"], d["sentence_index"]) for d in done}) == len(done)
         _check_continuous(frames, done)
     assert sorted(d["context_id"] for d in after.of("session.done")) == ["a", "b"]
+
+
+async def test_a_suspended_session_holds_its_sends_and_loses_nothing(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    """Without flow control the server sends as fast as it decodes; once the
+    connection is gone nothing more is sent (the held log stops growing: the
+    sends wait, so decoding stops at the session buffer), and the resume
+    delivers every sample."""
+    server = server_factory(resume_window_s=30)
+    ws, created = await _open(server)
+    config = {**TAGGED, "flow_control": "none"}
+    del config["max_lead_ms"]
+    await send(ws, type="session.config", **config)
+    assert json.loads(await ws.recv())["type"] == "session.updated"
+    await send(ws, type="input.text", text=TEXT * 3)
+    await send(ws, type="input.done")
+    before = Transcript()
+    async with asyncio.timeout(30):
+        while not before.binary:
+            raw = await ws.recv()
+            before.items.append(raw if isinstance(raw, bytes) else json.loads(raw))
+    _drop(ws)
+    async with asyncio.timeout(30):
+        while server.state.resumes.suspended == 0:  # the server runs in its own thread
+            await asyncio.sleep(0.01)
+        (holder,) = server.state.resumes.suspended_holders()
+        log = holder.out.log
+        await asyncio.sleep(0.5)
+        held = log.sent
+        await asyncio.sleep(1.0)
+        assert log.sent == held  # nothing sent while suspended
+        ws2, again = await _resume(
+            server, created["resume_token"], len(before.binary), len(before.events)
+        )
+        assert again["type"] == "session.created"
+        resumed = json.loads(await ws2.recv())
+        assert resumed["type"] == "session.resumed"
+        after = await recv_until(ws2, Transcript())
+        await ws2.close()
+    # the utterance was paused, not finished: live audio followed the replay
+    assert len(after.binary) > resumed["replayed_messages"]
+    _check_continuous(
+        before.binary + after.binary, before.of("audio.done") + after.of("audio.done")
+    )

@@ -64,6 +64,11 @@ class ReplayLog:
         self.connection_start = 0
 
     @property
+    def sent(self) -> int:
+        """Messages recorded so far."""
+        return self._next
+
+    @property
     def first_held(self) -> int:
         return self._held[0].position if self._held else self._next
 

@@ -67,6 +67,9 @@ class ResumeBook:
     def suspended(self) -> int:
         return sum(1 for e in self._entries.values() if e.timer is not None)
 
+    def suspended_holders(self) -> list[Resumable]:
+        return [e.holder for e in self._entries.values() if e.timer is not None]
+
     def issue(self, holder: Resumable, credential: str) -> tuple[str, str]:
         """A new token for ``holder``: (the token, its hash)."""
         token = secrets.token_urlsafe(32)
