@@ -170,7 +170,7 @@ class GatewayState:
         finish for up to ``drain_timeout_s``, then close every session with
         1001 (reporting what was still in progress)."""
         self.shutting_down = True
-        self.resumes.end_all()  # a drain never waits for a resume
+        await self.resumes.end_all()  # a drain never waits for a resume
         self.admission.begin_drain()
         self.http_admission.begin_drain()
         sessions = list(self.live_sessions)

@@ -31,8 +31,9 @@ EXPIRED_REMEMBERED = 10_000
 
 
 class Resumable(Protocol):
-    def expire(self) -> None:
-        """The window passed: end the session as a dropped connection ends."""
+    def expire(self) -> asyncio.Task[None] | None:
+        """The window passed: end the session as a dropped connection ends
+        (the task that finishes ending it, if any)."""
         ...
 
     def take_over(self) -> None:
@@ -62,6 +63,8 @@ class ResumeBook:
         self.window_s = window_s
         self._entries: dict[str, _Entry] = {}
         self._expired: OrderedDict[str, None] = OrderedDict()
+        #: sessions being ended after their window (awaited by a drain)
+        self._ending: set[asyncio.Task[None]] = set()
 
     @property
     def suspended(self) -> int:
@@ -91,7 +94,10 @@ class ResumeBook:
         self._expired[digest] = None
         while len(self._expired) > EXPIRED_REMEMBERED:
             self._expired.popitem(last=False)
-        entry.holder.expire()
+        ending = entry.holder.expire()
+        if ending is not None:
+            self._ending.add(ending)
+            ending.add_done_callback(self._ending.discard)
 
     def forget(self, digest: str | None) -> None:
         """The session ended: its token resumes nothing any more."""
@@ -131,9 +137,10 @@ class ResumeBook:
             entry.holder.take_over()
         return entry.holder
 
-    def end_all(self) -> None:
+    async def end_all(self) -> None:
         """Server drain: every suspended session ends now."""
         for digest, entry in list(self._entries.items()):
             if entry.timer is not None:
                 entry.timer.cancel()
                 self._expire(digest)
+        await asyncio.gather(*self._ending, return_exceptions=True)

@@ -302,12 +302,13 @@ class Connection:
         self.state.resumes.suspend(self.token_hash or "")
         self.session.log.info("connection lost: suspended for a resume")
 
-    def expire(self) -> None:
+    def expire(self) -> asyncio.Task[None]:
         """Not resumed in time (or a drain): the session ends."""
         assert self.state is not None
         self.out.end()
         self.session.connection_lost()
         self._expiry = asyncio.create_task(_end_session(self.state, self, "resume window passed"))
+        return self._expiry
 
     def take_over(self) -> None:
         """A resume arrived while the old connection still looked open."""

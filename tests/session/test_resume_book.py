@@ -16,8 +16,9 @@ class Holder:
         self.expired = 0
         self.taken_over = 0
 
-    def expire(self) -> None:
+    def expire(self) -> asyncio.Task[None] | None:
         self.expired += 1
+        return None
 
     def take_over(self) -> None:
         self.taken_over += 1
@@ -64,6 +65,6 @@ async def test_a_drain_ends_every_suspended_session_and_no_connected_one() -> No
     _, digest = book.issue(gone, "")
     token, _ = book.issue(connected, "")
     book.suspend(digest)
-    book.end_all()
+    await book.end_all()
     assert (gone.expired, connected.expired) == (1, 0)
     assert book.take(token, "") is connected
