@@ -61,11 +61,14 @@ from gateway.protocol import (
     InputText,
     Ping,
     Playback,
+    ReceivedMessages,
     ServerMessage,
     SessionClose,
     SessionConfig,
     SessionCreated,
     SessionDone,
+    SessionResume,
+    SessionResumed,
     SessionUpdated,
     encode_text,
     server_decoder,
@@ -171,6 +174,11 @@ class Client:
         self._pending: dict[str | None, list[str]] = {}
         self._disconnected: Disconnected | None = None
         self._config_waiters: list[asyncio.Future[SessionUpdated | Error]] = []
+        #: for ``resume``: binary messages handed on per context (every one
+        #: under context None with raw framing), and JSON messages handed on
+        #: since this connection's session.created (or session.resumed)
+        self._received: dict[str | None, int] = {}
+        self._events = 0
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -206,17 +214,10 @@ class Client:
         self._tagged = {}
         self._pending = {}
         self._disconnected = None
+        self._received = {}
+        self._events = 0
         async with asyncio.timeout(self.open_timeout_s):
-            # no deflate: audio does not compress, and it would cost latency
-            self._ws = await connect(
-                self.url,
-                max_size=None,
-                compression=None,
-                additional_headers=self.headers,
-                max_queue=16,
-                # passed on to loop.create_connection
-                local_addr=None if self.local_host is None else (self.local_host, 0),
-            )
+            self._ws = await self._connect()
             first = server_decoder.decode(await self._ws.recv())
             if isinstance(first, Error):
                 await self._ws.close()
@@ -229,6 +230,60 @@ class Client:
             self.state = State.OPEN
             self._reader = asyncio.create_task(self._read(), name="gateway-client-reader")
             await self.configure(self.requested_config)
+
+    async def _connect(self) -> ClientConnection:
+        # no deflate: audio does not compress, and it would cost latency
+        return await connect(
+            self.url,
+            max_size=None,
+            compression=None,
+            additional_headers=self.headers,
+            max_queue=16,
+            # passed on to loop.create_connection
+            local_addr=None if self.local_host is None else (self.local_host, 0),
+        )
+
+    async def resume(self) -> SessionResumed:
+        """Take the session back on a new connection after the old one
+        dropped (protocol 2.1.0, within the server's ``resume_window_s``):
+        its config, contexts and text stay, and ``events()`` goes on where it
+        stopped, with no frame repeated or skipped (iterate it again after
+        its ``Disconnected``).  ``ClientError`` when refused (expired,
+        unknown): then ``reconnect()`` starts a new session."""
+        token = self.session.resume_token if self.session is not None else None
+        if token is None:
+            raise ClientError("this server does not resume sessions; reconnect() instead")
+        request = SessionResume(
+            resume_token=token,
+            received=[
+                ReceivedMessages(context_id=c, messages=n) for c, n in self._received.items()
+            ],
+            events=self._events,
+        )
+        await self.aclose(send_close=False)
+        async with asyncio.timeout(self.open_timeout_s):
+            ws = await self._connect()
+            try:
+                server_decoder.decode(await ws.recv())  # the new connection's own session
+                await ws.send(encode_text(request))
+                created = server_decoder.decode(await ws.recv())
+                if isinstance(created, Error):
+                    raise ClientError(f"resume refused: {created.code}: {created.message}")
+                resumed = server_decoder.decode(await ws.recv())
+            except (ClientError, ConnectionClosed):
+                await ws.close()
+                raise
+        if not isinstance(created, SessionCreated) or not isinstance(resumed, SessionResumed):
+            await ws.close()
+            raise ClientError("unexpected answer to session.resume")
+        self._ws = ws
+        self.session = created
+        self.config = created.defaults
+        self._events = 0
+        self._disconnected = None
+        self.state = State.OPEN
+        self._reader = asyncio.create_task(self._read(), name="gateway-client-reader")
+        return resumed
 
     async def reconnect(self) -> list[FailedText]:
         """Open a new session with the same config.  Returns the text of
@@ -405,10 +460,14 @@ class Client:
                     frame = self._frame(message, now)
                     if frame is not None:
                         await self._queue.put(frame)
+                        # counted once handed on (a resume's ``received``)
+                        key = frame.context_id if frame.header is not None else None
+                        self._received[key] = self._received.get(key, 0) + 1
                     continue
                 event = self._event(message)
                 if event is not None:
                     await self._queue.put(event)
+                self._events += 1
         except ConnectionClosed:
             pass  # the close code is read below
         finally:

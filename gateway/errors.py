@@ -68,6 +68,9 @@ class ErrorCode(enum.StrEnum):
     INVALID_SSML = "invalid_ssml"
     NOT_FOUND = "not_found"
     INTERNAL = "internal"
+    RESUME_INVALID = "resume_invalid"
+    RESUME_EXPIRED = "resume_expired"
+    RESUME_FORBIDDEN = "resume_forbidden"
 
     @property
     def spec(self) -> ErrorSpec:
@@ -192,6 +195,28 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         500,
         "server_error",
         "The server failed; a failed sentence ends with `audio.done` `error: true`.",
+    ),
+    ErrorCode.RESUME_INVALID: ErrorSpec(
+        "always",
+        CloseCode.POLICY,
+        400,
+        _BAD,
+        "`session.resume` with a token no session holds (unknown, already used, or its"
+        " session ended), out of place, or counting audio never sent.",
+    ),
+    ErrorCode.RESUME_EXPIRED: ErrorSpec(
+        "always",
+        CloseCode.POLICY,
+        410,
+        _BAD,
+        "`session.resume` after `resume_window_s`, or asking for audio no longer held.",
+    ),
+    ErrorCode.RESUME_FORBIDDEN: ErrorSpec(
+        "always",
+        CloseCode.POLICY,
+        403,
+        "permission_error",
+        "`session.resume` with a token of a session opened with another API or agent key.",
     ),
 }
 

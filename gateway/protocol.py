@@ -20,7 +20,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from gateway.errors import ErrorCode, GatewayError
 
-PROTOCOL_VERSION = "2.0.0"
+PROTOCOL_VERSION = "2.1.0"
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "mulaw", "alaw"]
 ResponseFormat = Literal["wav", "pcm"]
@@ -124,6 +124,28 @@ class SessionClose(_Message, tag="session.close"):
     then the close; ``cancel`` first to stop at once."""
 
 
+class ReceivedMessages(msgspec.Struct, kw_only=True):
+    """Binary audio messages a client received in one context before its
+    connection dropped (``session.resume``)."""
+
+    #: the context (null: the default context; under ``raw`` framing every
+    #: binary message counts under null)
+    context_id: str | None
+    #: how many: the last sequence number received + 1 (tagged framing)
+    messages: Annotated[int, Meta(ge=0)]
+
+
+class SessionResume(_Message, tag="session.resume", kw_only=True):
+    """Take back a session whose connection dropped (since 2.1.0): the first
+    client message of a new connection."""
+
+    resume_token: str
+    received: list[ReceivedMessages] = msgspec.field(default_factory=list)
+    #: JSON messages received on the dropped connection after its
+    #: ``session.created`` (and ``session.resumed``); null: not counted
+    events: Annotated[int, Meta(ge=0)] | None = None
+
+
 #: a client's id for a ``voice.*`` request, echoed in its result or error
 RequestId = str | int | None
 
@@ -160,6 +182,7 @@ ClientMessage = (
     | VoiceList
     | VoiceAdd
     | VoiceRemove
+    | SessionResume
 )
 CLIENT_MESSAGES: tuple[type[_Message], ...] = (
     SessionConfig,
@@ -173,6 +196,7 @@ CLIENT_MESSAGES: tuple[type[_Message], ...] = (
     VoiceList,
     VoiceAdd,
     VoiceRemove,
+    SessionResume,
 )
 
 # --------------------------------------------------------------------------
@@ -271,6 +295,34 @@ class SessionCreated(_Message, tag="session.created", kw_only=True):
     limits: Limits
     #: since 1.1.0 (absent from older servers)
     capabilities: EngineCapabilities | None = None
+    #: the single-use credential of ``session.resume`` (since 2.1.0; a new
+    #: one in every ``session.created``)
+    resume_token: str | None = None
+    #: how long a dropped connection's session waits for ``session.resume``
+    resume_window_s: float | None = None
+
+
+class ResumedContext(msgspec.Struct, kw_only=True):
+    """One context of a resumed session (``session.resumed``)."""
+
+    context_id: str | None
+    #: characters of the open utterance's text the server holds (every
+    #: ``input.text`` it accepted); the client re-sends what follows them
+    text_chars: int
+    #: the sequence number of the first binary message sent again or next
+    #: (tagged framing; under raw framing the count of binary messages sent
+    #: before it, for context null)
+    next_sequence: int
+
+
+class SessionResumed(_Message, tag="session.resumed", kw_only=True):
+    """The session is back (since 2.1.0): after the new ``session.created``;
+    the messages the client did not get follow, then live ones."""
+
+    session_id: str
+    contexts: list[ResumedContext]
+    #: messages (events and binary) sent again after this one
+    replayed_messages: int
 
 
 class SessionUpdated(_Message, tag="session.updated", kw_only=True):
@@ -444,6 +496,7 @@ ServerMessage = (
     | AudioChunk
     | WarningEvent
     | Error
+    | SessionResumed
 )
 SERVER_MESSAGES: tuple[type[_Message], ...] = (
     SessionCreated,
@@ -460,6 +513,7 @@ SERVER_MESSAGES: tuple[type[_Message], ...] = (
     AudioChunk,
     WarningEvent,
     Error,
+    SessionResumed,
 )
 
 _CLIENT_TAGS: dict[str, type[_Message]] = {

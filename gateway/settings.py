@@ -162,6 +162,12 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     #: how long a shutdown, and a WebSocket ``session.close``, may spend
     #: finishing what was flushed before the rest is cancelled and reported
     drain_timeout_s: float = 10.0
+    #: how long a WebSocket session whose connection dropped without
+    #: ``session.close`` waits, suspended, for ``session.resume`` (0: never)
+    resume_window_s: float = 30.0
+    #: the newest bytes of what a session sent (audio payloads and event
+    #: characters) held for a resume to send again, per session
+    resume_retention_bytes: int = 1_048_576
     # --- HTTP API -------------------------------------------------------------
     #: whose defaults a speech request that does not say gets, where OpenAI
     #: and vllm-omni 0.30 disagree: ``openai`` (``mp3``, a streamed body) or
@@ -225,6 +231,11 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
             (self.idle_timeout_s > 0, "idle_timeout_s must be > 0"),
             (self.stall_timeout_s > 0, "stall_timeout_s must be > 0"),
             (self.drain_timeout_s >= 0, "drain_timeout_s must be >= 0"),
+            (self.resume_window_s >= 0, "resume_window_s must be >= 0"),
+            (
+                self.resume_retention_bytes >= 65536,
+                "resume_retention_bytes must be >= 65536",
+            ),
             (all("=" in a for a in self.voice_aliases), "voice_aliases entries are alias=voice"),
             (self.max_http_streams >= 1, "max_http_streams must be >= 1"),
             (self.http_deadline_offset_s >= 0, "http_deadline_offset_s must be >= 0"),

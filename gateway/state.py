@@ -16,6 +16,7 @@ from gateway.errors import CloseCode
 from gateway.flow import capacity
 from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
+from gateway.session.resume_book import ResumeBook
 from gateway.settings import Settings
 from gateway.text.stage import Lexicon
 from gateway.ws.outbound import ConnectionGone
@@ -94,9 +95,12 @@ class GatewayState:
     #: worst text measured) never holds the default executor's threads that
     #: the WebSocket sessions' long segments are read in (``http/synthesis``)
     http_text_reader: ThreadPoolExecutor = field(init=False)
+    #: the sessions' resume tokens and the suspended sessions' windows
+    resumes: ResumeBook = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
+        self.resumes = ResumeBook(s.resume_window_s)
         self.http_text_reader = ThreadPoolExecutor(1, thread_name_prefix="http-text")
         self.admission = AdmissionGate(
             SlotQueue(
@@ -166,6 +170,7 @@ class GatewayState:
         finish for up to ``drain_timeout_s``, then close every session with
         1001 (reporting what was still in progress)."""
         self.shutting_down = True
+        await self.resumes.end_all()  # a drain never waits for a resume
         self.admission.begin_drain()
         self.http_admission.begin_drain()
         sessions = list(self.live_sessions)

@@ -64,6 +64,10 @@ def test_settings(**overrides: Any) -> Settings:
         # fixed slots: tests do not depend on this machine's measured speed
         # (automatic admission has its own tests: tests/test_automatic_admission.py)
         "max_active_streams": 20,
+        # a dropped connection ends its session at once, as before protocol
+        # 2.1: the tests of dropped connections assert that end; resume
+        # (default 30 s) has its own tests, which set it (tests/test_resume.py)
+        "resume_window_s": 0,
         "data_dir": os.environ.get("GATEWAY_TEST_DATA_DIR", ".data"),
     }
     base.update(overrides)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 
 import msgspec
 import pytest
@@ -18,7 +19,14 @@ from gateway.client import (
     Event,
     frame_ms,
 )
-from gateway.protocol import AudioCancelled, AudioStart, SessionConfig, SessionDone, encode_text
+from gateway.protocol import (
+    AudioCancelled,
+    AudioDone,
+    AudioStart,
+    SessionConfig,
+    SessionDone,
+    encode_text,
+)
 from tests.conftest import RunningServer
 from tests.helpers import open_ws
 
@@ -226,3 +234,51 @@ async def test_aclose_stops_at_once_with_a_cancel(piper_server: RunningServer) -
             while received[-1:] != ["session.close"]:
                 await asyncio.sleep(0.01)
     assert received == ["session.config", "input.text", "input.done", "cancel", "session.close"]
+
+
+async def test_resume_after_a_drop_continues_the_audio(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    """The network drops mid-utterance; ``resume()`` takes the session back and
+    the frames continue: sequence numbers without a gap, samples as
+    audio.done reports them, one session.done."""
+    server = server_factory(resume_window_s=30)
+    config = SessionConfig(
+        response_format="pcm",
+        stream_audio=True,
+        frame_ms=20,
+        framing="tagged",
+        flow_control="realtime",
+        max_lead_ms=200,
+    )
+    client = await Client.connect(server.ws_url, config)
+    async with client:
+        await client.send_text(
+            "The old lighthouse stood at the edge of the cliff for a hundred years. "
+        )
+        await client.done()
+        frames: list[AudioFrame] = []
+        done: list[AudioDone] = []
+        async with asyncio.timeout(30):
+            while len(frames) < 10:
+                event = await client.next_event()
+                if isinstance(event, AudioFrame):
+                    frames.append(event)
+                elif isinstance(event, AudioDone):
+                    done.append(event)
+        assert client._ws is not None
+        client._ws.transport.abort()  # the network drops
+        async with asyncio.timeout(30):
+            resumed = await client.resume()
+            # the frames its reader had queued count too: they are still to come
+            assert resumed.contexts[0].next_sequence >= 10
+            while True:
+                event = await client.next_event()
+                if isinstance(event, AudioFrame):
+                    frames.append(event)
+                elif isinstance(event, AudioDone):
+                    done.append(event)
+                elif isinstance(event, SessionDone):
+                    break
+    assert [f.header.sequence for f in frames if f.header] == list(range(len(frames)))
+    assert sum(len(f.data) for f in frames) == sum(d.total_bytes for d in done)

@@ -115,6 +115,13 @@ EXAMPLES: dict[type[Any], Any] = {
         request_id=2,
     ),
     protocol.VoiceRemove: protocol.VoiceRemove(name="ana maría", request_id=None),
+    protocol.SessionResume: protocol.SessionResume(
+        resume_token="k" * 43,
+        received=[
+            protocol.ReceivedMessages(context_id=None, messages=12),
+            protocol.ReceivedMessages(context_id="b", messages=0),
+        ],
+    ),
     # server -> client
     protocol.SessionCreated: protocol.SessionCreated(
         session_id="0123456789ab",
@@ -143,6 +150,16 @@ EXAMPLES: dict[type[Any], Any] = {
             typical_first_chunk_ms=85.0,
             normalizes_text=True,
         ),
+        resume_token="t" * 43,
+        resume_window_s=30.0,
+    ),
+    protocol.SessionResumed: protocol.SessionResumed(
+        session_id="0123456789ab",
+        contexts=[
+            protocol.ResumedContext(context_id=None, text_chars=57, next_sequence=12),
+            protocol.ResumedContext(context_id="b", text_chars=0, next_sequence=0),
+        ],
+        replayed_messages=3,
     ),
     protocol.SessionUpdated: protocol.SessionUpdated(config=_EFFECTIVE, limits=_LIMITS),
     protocol.AudioStart: protocol.AudioStart(
@@ -402,6 +419,8 @@ def test_every_message_is_documented_with_its_fields(cls: type[Any]) -> None:
         protocol.VoiceDescription,
         protocol.UtteranceMetrics,
         protocol.WordTimestamp,
+        protocol.ReceivedMessages,
+        protocol.ResumedContext,
     ],
     ids=lambda cls: cls.__name__,
 )

@@ -107,7 +107,10 @@ class Sender(Protocol):
 
     async def event(self, message: protocol.ServerMessage) -> None: ...
 
-    async def audio(self, payload: bytes) -> None: ...
+    async def audio(self, payload: bytes, counted_as: str | None = None) -> None:
+        """``counted_as``: the context a resume counts it in (None: the
+        default context, or any context under raw framing)."""
+        ...
 
 
 @dataclass(eq=False)
@@ -252,7 +255,7 @@ class _SegmentOut:
             await self.env.out.event(self._chunk(payload, samples))
         else:
             frame = self._header(flags) + payload if self.tagged else payload
-            await self.env.out.audio(frame)
+            await self.env.out.audio(frame, self.item.context.id if self.tagged else None)
         self._first_frame = False
         self._context_audio.message_sent(self.ledger, payload, numbered=self.tagged and not chunk)
         if audio:

@@ -82,6 +82,8 @@ __all__ = ["Action", "AnswerVoiceRequest", "Close", "CloseWhenDone", "Session", 
 
 log = logging.getLogger(__name__)
 
+RESUME_NOT_FIRST = "session.resume must be the first message of a new connection"
+
 
 class SessionLog(logging.LoggerAdapter[logging.Logger]):
     """Prefixes every record with the session id (never the spoken text)."""
@@ -179,8 +181,8 @@ class Session:
     def limits(self) -> protocol.Limits:
         return session_limits(self.settings, self.engine)
 
-    def created_message(self) -> protocol.SessionCreated:
-        return session_created(self.id, self.engine, self.config, self.limits())
+    def created_message(self, resume: tuple[str, float] | None = None) -> protocol.SessionCreated:
+        return session_created(self.id, self.engine, self.config, self.limits(), resume)
 
     def busy(self) -> bool:
         """Any utterance in progress, text buffered, segments queued or audio unsent."""
@@ -248,6 +250,8 @@ class Session:
                 ]
             case protocol.VoiceList() | protocol.VoiceAdd() | protocol.VoiceRemove():
                 return [AnswerVoiceRequest(message)]
+            case protocol.SessionResume():
+                raise GatewayError(ErrorCode.RESUME_INVALID, RESUME_NOT_FIRST)
             case _:
                 assert_never(message)
 

@@ -36,8 +36,13 @@ def session_limits(settings: Settings, engine: Engine) -> protocol.Limits:
 
 
 def session_created(
-    session_id: str, engine: Engine, config: protocol.EffectiveConfig, limits: protocol.Limits
+    session_id: str,
+    engine: Engine,
+    config: protocol.EffectiveConfig,
+    limits: protocol.Limits,
+    resume: tuple[str, float] | None = None,
 ) -> protocol.SessionCreated:
+    """``resume``: the session's new resume token and window, if it has one."""
     return protocol.SessionCreated(
         session_id=session_id,
         protocol_version=protocol.PROTOCOL_VERSION,
@@ -56,4 +61,26 @@ def session_created(
         defaults=config,
         limits=limits,
         capabilities=capabilities_message(engine.capabilities),
+        resume_token=None if resume is None else resume[0],
+        resume_window_s=None if resume is None else resume[1],
+    )
+
+
+def session_resumed(
+    session_id: str,
+    contexts: list[tuple[str | None, int]],
+    received: dict[str | None, int],
+    replayed: int,
+) -> protocol.SessionResumed:
+    """``contexts``: each live context's id and the characters of its open
+    utterance's text; ``received``: the client's counts (``session.resume``)."""
+    return protocol.SessionResumed(
+        session_id=session_id,
+        contexts=[
+            protocol.ResumedContext(
+                context_id=cid, text_chars=chars, next_sequence=received.get(cid, 0)
+            )
+            for cid, chars in contexts
+        ],
+        replayed_messages=replayed,
     )

@@ -11,6 +11,7 @@ It never waits on synthesis.  Everything about state lives in
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 
@@ -19,7 +20,7 @@ from starlette.websockets import WebSocket
 from gateway import protocol
 from gateway.errors import CloseCode, ErrorCode, GatewayError
 from gateway.flow.admission import Ticket
-from gateway.http.security import agent_identity, check_websocket
+from gateway.http.security import agent_identity, check_websocket, presented_key
 from gateway.session.core import (
     Action,
     AnswerVoiceRequest,
@@ -28,12 +29,17 @@ from gateway.session.core import (
     Session,
     State,
 )
+from gateway.session.created import session_resumed
+from gateway.session.replay import ReplayInvalid, ReplayLog, ReplayLost
+from gateway.session.resume_book import credential_of
 from gateway.session.validation import ignored_fields_message, named_fields
 from gateway.session.voice_requests import VoiceDesk, VoiceRequest
 from gateway.state import DRAIN_POLL_S, GatewayState, RateLimiter
+from gateway.voices.store import VoiceStore
 from gateway.ws.outbound import ConnectionGone, Outbound
 from gateway.ws.pings import SCOPE_KEY as PINGS_KEY
 from gateway.ws.pings import PingWatch
+from gateway.ws.resumable import ResumableSender
 
 log = logging.getLogger(__name__)
 
@@ -71,57 +77,150 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             CloseCode.POLICY,
         )
         return
+    full: GatewayError | None = None
     if state.sessions_by_client.get(client, 0) >= per_client:
-        await _refuse(
-            out,
-            GatewayError(ErrorCode.BUSY, f"{holder} already has {per_client} sessions open"),
-            CloseCode.TRY_AGAIN,
+        full = GatewayError(ErrorCode.BUSY, f"{holder} already has {per_client} sessions open")
+    elif state.sessions >= settings.max_sessions:
+        full = GatewayError(
+            ErrorCode.BUSY, f"the server is at its limit of {settings.max_sessions} sessions"
         )
+    if full is not None and not state.resumes.suspended:
+        await _refuse(out, full, CloseCode.TRY_AGAIN)
         return
-    if state.sessions >= settings.max_sessions:
-        await _refuse(
-            out,
-            GatewayError(
-                ErrorCode.BUSY, f"the server is at its limit of {settings.max_sessions} sessions"
-            ),
-            CloseCode.TRY_AGAIN,
-        )
-        return
+    credential = credential_of(presented_key(websocket))
+    conn = _open_session(state, out, client, credential, websocket.app.state.voice_store)
+    # at a limit that suspended sessions fill: this connection may only resume one
+    conn.resume_only = full
+    session = conn.session
+    session.log.info("session opened from %s%s", address, f" ({agent})" if agent else "")
+    generation = conn.generation
+    outcome: Outcome = Outcome.ENDED
+    try:
+        await conn.out.unlogged(session.created_message(conn.resume_offer()))
+        read = await _read_loop(websocket, conn)
+        if isinstance(read, protocol.SessionResume):
+            placeholder = conn
+            conn = await _resume(state, out, read, credential)  # GatewayError: refused
+            await _end_session(state, placeholder, "replaced by a resume")
+            generation = conn.generation
+            conn.session.log.info("session resumed from %s", address)
+            read = await _read_loop(websocket, conn, first=False)
+        outcome = read if isinstance(read, Outcome) else Outcome.ENDED
+    except GatewayError as error:  # a refused session.resume (or new session: resume_only)
+        conn.session.log.info("resume refused: %s", error.code)
+        await _refuse(out, error)
+    except ConnectionGone:
+        pass
+    except Exception:  # a server bug: say so (1011) rather than drop the connection
+        conn.session.log.exception("session failed unexpectedly")
+        await _fail(conn)
+    finally:
+        if conn.generation != generation:
+            pass  # a resume took the session: the new connection owns it now
+        elif outcome is Outcome.SUSPENDED and not conn.out.ended:
+            conn.suspend()
+        else:
+            await _end_session(state, conn, "session closed")
+
+
+class Outcome(enum.Enum):
+    """How a connection's reader ended."""
+
+    ENDED = "ended"  #: the session ends with it
+    SUSPENDED = "suspended"  #: it dropped: the session waits for a resume
+
+
+def _open_session(
+    state: GatewayState, out: Outbound, client: str, credential: str, voice_store: VoiceStore
+) -> Connection:
+    """A new session and its connection, counted against the limits."""
+    settings = state.settings
+    holder: list[Connection] = []
+    sender = ResumableSender(
+        out,
+        ReplayLog(settings.resume_retention_bytes),
+        lambda: bool(holder) and holder[0].resumable(),
+    )
     session = Session(
         state.engine,
         settings,
         state.metrics,
         state.admission,
-        out,
+        sender,
         client=client,
         lexicon=state.lexicon,
     )
-    conn = Connection(
-        session, out, VoiceDesk(state.engine, settings, websocket.app.state.voice_store)
-    )
+    conn = Connection(session, sender, VoiceDesk(state.engine, settings, voice_store))
+    holder.append(conn)
+    conn.state = state
+    conn.client = client
+    conn.credential = credential
     state.sessions += 1
     state.sessions_by_client[client] = state.sessions_by_client.get(client, 0) + 1
     state.live_sessions.add(conn)
     state.metrics.sessions_active.inc()
-    session.log.info("session opened from %s%s", address, f" ({agent})" if agent else "")
+    return conn
+
+
+async def _end_session(state: GatewayState, conn: Connection, why: str) -> None:
+    """The session ends: its work stops, it no longer counts."""
+    if conn.ended:
+        return
+    conn.ended = True
+    state.resumes.forget(conn.token_hash)
+    conn.out.end()
+    await conn.stop_voice_requests()
+    await conn.session.shutdown()
+    state.sessions -= 1
+    state.sessions_by_client[conn.client] -= 1
+    if not state.sessions_by_client[conn.client]:
+        del state.sessions_by_client[conn.client]
+    state.live_sessions.discard(conn)
+    state.metrics.sessions_active.dec()
+    conn.session.log.info(why)
+
+
+async def _resume(
+    state: GatewayState, out: Outbound, request: protocol.SessionResume, credential: str
+) -> Connection:
+    """Attach the session ``request`` names to ``out``: the new
+    ``session.created``, ``session.resumed``, what the client did not get.
+    ``GatewayError`` when refused (the session ends unless the key was wrong)."""
+    taken = state.resumes.take(request.resume_token, credential)
+    assert isinstance(taken, Connection)
+    conn = taken
+    received = {r.context_id: r.messages for r in request.received}
     try:
-        await out.event(session.created_message())
-        await _read_loop(websocket, conn)
+        replay = conn.out.log.unreceived(received, request.events)
+    except ReplayInvalid as exc:
+        conn.expire()
+        raise GatewayError(ErrorCode.RESUME_INVALID, f"{exc}; the session has ended") from None
+    except ReplayLost as exc:
+        conn.expire()
+        raise GatewayError(
+            ErrorCode.RESUME_EXPIRED,
+            f"{exc} (resume_retention_bytes); the session has ended",
+        ) from None
+    session = conn.session
+    created = session.created_message(conn.resume_offer())
+    resumed = session_resumed(
+        session.id,
+        [
+            (ctx.id, ctx.utterance.accepted_chars if ctx.utterance is not None else 0)
+            for ctx in session.contexts
+        ],
+        received,
+        len(replay),
+    )
+    conn.out.log.resumed_at(replay)
+    conn.generation += 1
+    state.live_sessions.add(conn)
+    try:
+        await conn.out.attach(out, [created, resumed], replay)
     except ConnectionGone:
-        pass
-    except Exception:  # a server bug: say so (1011) rather than drop the connection
-        session.log.exception("session failed unexpectedly")
-        await _fail(conn)
-    finally:
-        await conn.stop_voice_requests()
-        await session.shutdown()
-        state.sessions -= 1
-        state.sessions_by_client[client] -= 1
-        if not state.sessions_by_client[client]:
-            del state.sessions_by_client[client]
-        state.live_sessions.discard(conn)
-        state.metrics.sessions_active.dec()
-        session.log.info("session closed")
+        conn.suspend()
+        raise
+    return conn
 
 
 #: voice requests (``voice.*``) a session may have waiting for answers
@@ -133,7 +232,7 @@ class Connection:
 
     Also what ``GatewayState`` drains at shutdown (``server_state.LiveSession``)."""
 
-    def __init__(self, session: Session, out: Outbound, voices: VoiceDesk) -> None:
+    def __init__(self, session: Session, out: ResumableSender, voices: VoiceDesk) -> None:
         self.session = session
         self.out = out
         self.voices = voices
@@ -155,6 +254,66 @@ class Connection:
         #: the close code, its reason); the reader closes when the session is
         #: no longer busy or at that moment (``finishing_close``)
         self.close_when_done: tuple[float, int, str] | None = None
+        #: set by ``_open_session``: the server, the client the session
+        #: counts for, the credential its resume token is bound to
+        self.state: GatewayState | None = None
+        self.client = ""
+        self.credential = ""
+        #: the hash of its current resume token (None: none issued)
+        self.token_hash: str | None = None
+        #: bumped at each resume: a reader of an older connection stops
+        self.generation = 0
+        self.ended = False
+        #: why a new session would have been refused: the connection was let
+        #: in at a full server only to resume a suspended session
+        self.resume_only: GatewayError | None = None
+        #: the end of a suspended session that was not resumed in time
+        self._expiry: asyncio.Task[None] | None = None
+
+    # --- resume (``gateway.session.resume_book``) -------------------------------
+    def resume_offer(self) -> tuple[str, float] | None:
+        """A new resume token (the old one is forgotten) and the window."""
+        state = self.state
+        if state is None or state.settings.resume_window_s <= 0:
+            return None
+        state.resumes.forget(self.token_hash)
+        token, self.token_hash = state.resumes.issue(self, self.credential)
+        return token, state.settings.resume_window_s
+
+    def resumable(self) -> bool:
+        """A drop now suspends the session (else it ends it)."""
+        session, state = self.session, self.state
+        return (
+            state is not None
+            and self.token_hash is not None
+            and not state.shutting_down
+            and session.state is State.OPEN
+            and not session.closing
+            and not session.draining
+            and self.close_when_done is None
+            and not self.out.stalled
+        )
+
+    def suspend(self) -> None:
+        """The connection dropped: the session waits ``resume_window_s``."""
+        assert self.state is not None
+        self.out.suspend()
+        self.state.live_sessions.discard(self)
+        self.state.resumes.suspend(self.token_hash or "")
+        self.session.log.info("connection lost: suspended for a resume")
+
+    def expire(self) -> asyncio.Task[None]:
+        """Not resumed in time (or a drain): the session ends."""
+        assert self.state is not None
+        self.out.end()
+        self.session.connection_lost()
+        self._expiry = asyncio.create_task(_end_session(self.state, self, "resume window passed"))
+        return self._expiry
+
+    def take_over(self) -> None:
+        """A resume arrived while the old connection still looked open."""
+        self.out.suspend()
+        self.out.out.abort()
 
     def slot_decided(self, ticket: Ticket) -> None:
         """The admission gate decided one of the session's waiting tickets:
@@ -295,12 +454,16 @@ class Connection:
         await self.out.close(code, reason)
 
 
-async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
+async def _read_loop(
+    websocket: WebSocket, conn: Connection, *, first: bool = True
+) -> Outcome | protocol.SessionResume:
+    """Read until the session ends or its connection drops (``Outcome``),
+    or return a first message ``session.resume`` for the endpoint."""
     session = conn.session
     settings = session.settings
     rate = RateLimiter(settings.max_messages_per_second, 1.0)
     last_rate_error = 0.0
-    first = True
+    generation = conn.generation
     pings: PingWatch | None = websocket.scope.get(PINGS_KEY)
     #: when the idle period began: the last client message, ping frame or
     #: moment audio was still being produced
@@ -314,7 +477,7 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
             # session.close: still reading (cancel, playback) while the
             # committed text is spoken; drain_timeout_s bounds it, not idleness
             if not await conn.finishing_close():
-                return
+                return Outcome.ENDED
             timeout = DRAIN_POLL_S
         try:
             # asyncio.timeout: wait_for (3.11) can swallow a cancel of this task
@@ -342,12 +505,18 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
                 )
             )
             await conn.close(code, f"{which} timeout")
-            return
-        first = False
+            return Outcome.ENDED
+        was_first, first = first, False
         active_at = time.monotonic()
-        if frame["type"] == "websocket.disconnect":
+        if frame["type"] == "websocket.disconnect" or conn.generation != generation:
+            if conn.generation != generation:
+                return Outcome.ENDED  # a resume took the session
+            # 1007/1009: the WebSocket layer closed it for the client's
+            # mistake, not a drop
+            if conn.resumable() and frame.get("code") not in (1007, 1009):
+                return Outcome.SUSPENDED
             session.connection_lost()
-            return
+            return Outcome.ENDED
         if not rate.allow():
             now = time.monotonic()
             if now - last_rate_error >= 1.0:  # one error a second, not one per message
@@ -358,7 +527,7 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
                     " messages are being dropped",
                 )
                 if not await conn.perform(session.report_error(error)):
-                    return
+                    return Outcome.ENDED
             continue
         text = frame.get("text")
         if text is None:
@@ -367,13 +536,13 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
                 "binary frames from the client are not part of the protocol; send JSON text",
             )
             if not await conn.perform(session.report_error(error)):
-                return
+                return Outcome.ENDED
             continue
         try:
             message, ignored = await _decode(text)
         except GatewayError as error:
             if not await conn.perform(session.report_error(error)):
-                return
+                return Outcome.ENDED
             continue
         if ignored:  # named, never fatal: vllm-omni's models ignore them too
             warning = protocol.WarningEvent(
@@ -382,9 +551,14 @@ async def _read_loop(websocket: WebSocket, conn: Connection) -> None:
                 fields=named_fields(ignored),
             )
             if not await conn.perform([warning]):
-                return
+                return Outcome.ENDED
+        if was_first and isinstance(message, protocol.SessionResume):
+            return message
+        if was_first and conn.resume_only is not None:
+            raise conn.resume_only  # refused (busy) as a new session
         if not await conn.receive(message):
-            return
+            return Outcome.ENDED
+    return Outcome.ENDED
 
 
 #: a message longer than this (characters) is decoded off the event loop (a

@@ -136,6 +136,17 @@ class Outbound:
         self._metrics.frames_sent.inc()
         self._metrics.bytes_sent.inc(len(payload))
 
+    async def encoded(self, text: str | None, data: bytes | None) -> None:
+        """A message already encoded (sent again by a resume): no metrics."""
+        await self._send(text, data)
+
+    def abort(self) -> None:
+        """Drop the connection now, sending nothing more (a resume took its
+        session): the transport is aborted where uvicorn's is reachable."""
+        self.gone = True
+        if self._protocol is not None:
+            self._protocol.transport.abort()
+
     async def _send(self, text: str | None, data: bytes | None) -> None:
         if self.gone:
             raise ConnectionGone

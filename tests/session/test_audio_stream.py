@@ -50,7 +50,7 @@ class RecordingSender:
     async def event(self, message: protocol.ServerMessage) -> None:
         self.log.append(("event", message))
 
-    async def audio(self, payload: bytes) -> None:
+    async def audio(self, payload: bytes, counted_as: str | None = None) -> None:
         self.log.append(("audio", payload))
 
     def payloads(self) -> list[bytes]:

@@ -52,7 +52,7 @@ class RecordingSender:
         self.events.append(message)
         self.changed.set()
 
-    async def audio(self, payload: bytes) -> None:
+    async def audio(self, payload: bytes, counted_as: str | None = None) -> None:
         self.frames += 1
 
     async def wait_for(self, kind: type[Any], count: int = 1) -> None:
