@@ -358,3 +358,26 @@ async def test_a_suspended_session_holds_its_sends_and_loses_nothing(
     _check_continuous(
         before.binary + after.binary, before.of("audio.done") + after.of("audio.done")
     )
+
+
+@pytest.mark.parametrize("code", [1000, 1001])
+async def test_a_client_that_closes_its_socket_ends_its_session_at_once(
+    server_factory: Callable[..., RunningServer], code: int
+) -> None:
+    """A close frame is an end, not a drop: the plugins stop by closing their
+    socket (docs/integrations.md) and a browser tab that leaves says 1001; the
+    session's work stops at once and it no longer counts or holds the door."""
+    server = server_factory(resume_window_s=30)
+    ws, created = await _configured(server)
+    await send(ws, type="input.text", text=TEXT)
+    await send(ws, type="input.done")
+    async with asyncio.timeout(30):
+        while not isinstance(await ws.recv(), bytes):
+            pass
+        await ws.close(code)
+        while server.state.sessions:  # the server runs in its own thread
+            await asyncio.sleep(0.01)
+        assert server.state.resumes.suspended == 0
+        ws2, error = await _resume(server, created["resume_token"], 0)
+        assert error["code"] == "resume_invalid"
+        await ws2.close()

@@ -123,6 +123,14 @@ async def stream_endpoint(websocket: WebSocket) -> None:
             await _end_session(state, conn, "session closed")
 
 
+#: close codes of a connection that dropped rather than ended: lost
+#: without a close frame (uvicorn reports 1005 after the handshake, 1006
+#: before; a close frame without a code is 1005 too and cannot be told
+#: apart), a proxy or server restarting (1012 service restart, 1013 try
+#: again later, 1014 bad gateway)
+DROPPED = frozenset({1005, 1006, 1012, 1013, 1014})
+
+
 class Outcome(enum.Enum):
     """How a connection's reader ended."""
 
@@ -511,9 +519,11 @@ async def _read_loop(
         if frame["type"] == "websocket.disconnect" or conn.generation != generation:
             if conn.generation != generation:
                 return Outcome.ENDED  # a resume took the session
-            # 1007/1009: the WebSocket layer closed it for the client's
-            # mistake, not a drop
-            if conn.resumable() and frame.get("code") not in (1007, 1009):
+            # only a drop suspends: the connection lost without a close
+            # frame (1005/1006), or a proxy restarting (1012-1014).  A client that
+            # closes (1000, a tab going away 1001, its own codes) ended the
+            # session; the WebSocket layer's 1007/1009 is the client's mistake
+            if conn.resumable() and frame.get("code") in DROPPED:
                 return Outcome.SUSPENDED
             session.connection_lost()
             return Outcome.ENDED
