@@ -107,7 +107,9 @@ async def test_stalled_reader_bounds_memory_and_decode_then_resumes_in_order(
         session = _only_connection(server)
         # the client reads nothing more: sends block, then decode stops
         decoded = await _until_stable(lambda: _chunks_decoded(session.session), 1.5, 30)
-        sent = await _until_stable(lambda: session.out._metrics.frames_sent._value.get(), 1.0, 10)
+        sent = await _until_stable(
+            lambda: session.out.out._metrics.frames_sent._value.get(), 1.0, 10
+        )
         assert _chunks_decoded(session.session) == decoded
         buffered = session.session.budget.used_s * 1000
         # the process's RSS is not asserted: the bound held here is under
@@ -117,7 +119,7 @@ async def test_stalled_reader_bounds_memory_and_decode_then_resumes_in_order(
         assert session.out.gone is False
         # the server holds at most its bound plus one chunk (64 frames, 743 ms)
         assert buffered <= server.settings.max_buffered_ms + 743 + 1
-        assert sent == session.out._metrics.frames_sent._value.get()
+        assert sent == session.out.out._metrics.frames_sent._value.get()
         # reading resumes: every frame arrives, in order, identical
         frames = [reference[0]]
         received_before = 1

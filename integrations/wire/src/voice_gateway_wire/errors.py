@@ -32,6 +32,9 @@ ERROR_STATUS: Final[dict[str, int]] = {
     "invalid_ssml": 400,
     "not_found": 404,
     "internal": 500,
+    "resume_invalid": 400,
+    "resume_expired": 410,
+    "resume_forbidden": 403,
 }
 
 
