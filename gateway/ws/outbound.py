@@ -126,10 +126,12 @@ class Outbound:
         #: the connection was closed by the stall timeout (4008)
         self.stalled = False
 
-    async def event(self, message: protocol._Message) -> None:
+    async def event(self, message: protocol._Message, text: str | None = None) -> None:
+        """Send ``message``; ``text``: its encoding, when the caller already
+        made it (the resumable sender logs the same text it sends)."""
         if isinstance(message, protocol.Error):
             self._metrics.errors.labels(code=str(message.code)).inc()
-        await self._send(protocol.encode_text(message), None)
+        await self._send(protocol.encode_text(message) if text is None else text, None)
 
     async def audio(self, payload: bytes) -> None:
         await self._send(None, payload)

@@ -47,8 +47,8 @@ class ResumableSender:
         return self.out.stalled
 
     async def event(self, message: protocol.ServerMessage) -> None:
-        text = protocol.encode_text(message)
-        await self._send(lambda: self.log.event(text), lambda out: out.event(message))
+        text = protocol.encode_text(message)  # once: logged and sent alike
+        await self._send(lambda: self.log.event(text), lambda out: out.event(message, text))
 
     async def audio(self, payload: bytes, counted_as: str | None = None) -> None:
         await self._send(
