@@ -144,6 +144,7 @@ class GatewayState:
         controller = capacity.DoorController(
             capacity.seed_capacity(self.measured_streams, policy), policy
         )
+        self.metrics.engine_realtime_streams.set(self.measured_streams)
         self.metrics.report_door(controller.capacity, controller.limit, None, 0, 0.0)
         log.info(
             "automatic admission: %.1f real-time streams measured, capacity %.1f streams,"

@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -407,7 +408,7 @@ async def _measure(
             continue  # no cancel in Piper's HTTP API nor in wyoming-piper
         if scenario == "capacity":
             capacity_pacing = pacing_llm if args.capacity_pacing == "llm" else flush
-            await _capacity(args, target, make_user, sink, capacity_pacing)
+            await _capacity(args, target, make_user, sink, capacity_pacing, server)
             continue
         if scenario in ("http-load", "overload", "hostile"):
             if server is not None:  # the gateway's own surfaces: no peer has them
@@ -493,10 +494,13 @@ async def _capacity(
     make_user: Callable[[], User],
     sink: Sink,
     pacing: Pacing,
+    server: ServerUnderTest | None = None,
 ) -> None:
     held: int | None = None
     steps: list[dict[str, Any]] = []
     for level in args.levels:
+        cpu_before = _proc_cpu_s(server.pid) if server and server.pid else None
+        started_at = time.perf_counter()
         texts = workload(
             "capacity", level, args.capacity_utterances, args.seed + level, args.corpus
         )
@@ -514,6 +518,8 @@ async def _capacity(
             stagger_s=args.capacity_stagger_s,
         )
         progress.close()
+        cpu_after = _proc_cpu_s(server.pid) if server and server.pid else None
+        wall_s = time.perf_counter() - started_at
         measures = [r.measures(args.prebuffer_ms) for r in records]
         for m in measures:
             sink.write(m)
@@ -535,6 +541,10 @@ async def _capacity(
                 "utterances_with_gap": step["utterances_with_gap"],
                 "subclause_cuts": step["subclause_cuts"],
                 "errors": step["errors"],
+                # the server's cores over the step (None: not started here)
+                "server_cores": None
+                if cpu_before is None or cpu_after is None
+                else round((cpu_after - cpu_before) / wall_s, 2),
             }
         )
         if not ok:
@@ -551,8 +561,25 @@ async def _capacity(
             "pacing": args.capacity_pacing,
             "stagger_s": args.capacity_stagger_s,
             "steps": steps,
+            # automatic admission's start probe (None: a fixed door, or a peer)
+            "probe_realtime_streams": await _probe_streams(server) if server else None,
         }
     )
+
+
+async def _probe_streams(server: ServerUnderTest) -> float | None:
+    """The gateway's start probe (``gateway_engine_realtime_streams``): held
+    conversations over it is the cost ratio of docs/benchmarks.md."""
+
+    def scrape() -> str:
+        with urllib.request.urlopen(server.http_base + "/metrics", timeout=10) as reply:
+            return str(reply.read().decode())
+
+    text = await asyncio.to_thread(scrape)
+    match = re.search(r"^gateway_engine_realtime_streams ([0-9.e+-]+|NaN)$", text, re.M)
+    if match is None or match.group(1) == "NaN":
+        return None
+    return round(float(match.group(1)), 2)
 
 
 def held_by_ttfa(steps: list[dict[str, Any]], targets_ms: list[float]) -> dict[str, int | None]:

@@ -123,6 +123,13 @@ class Metrics:
         )
 
         # the door of automatic admission (gateway.flow.capacity)
+        self.engine_realtime_streams = Gauge(
+            "gateway_engine_realtime_streams",
+            "The start probe: real-time streams the engine produced at once when the"
+            " gateway started (NaN: not measured, a fixed max_active_streams).",
+            registry=r,
+        )
+        self.engine_realtime_streams.set(math.nan)
         self.door_capacity = Gauge(
             "gateway_door_capacity_streams",
             "Real-time streams the machine serves now, as automatic admission measures it.",
