@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from typing import Any
 
 from ab_compare import git, summarize
 
+SERVER_LOG = Path(tempfile.gettempdir()) / "gateway-bench-logs" / "gateway.log"
 DEFAULT_BENCH = [
     "--scenarios",
     "capacity",
@@ -138,6 +140,10 @@ def main() -> None:
                         }
                         row.update(summarize(out))
                         row.update(_capacity_extras(out))
+                        if SERVER_LOG.exists():  # the door's decisions, for reading later
+                            logs = args.out.with_name(args.out.stem + "_logs")
+                            logs.mkdir(exist_ok=True)
+                            shutil.copy(SERVER_LOG, logs / f"{label}-{run}.log")
                         rows.append(row)
                         fh.write(json.dumps(row) + "\n")
                         fh.flush()
