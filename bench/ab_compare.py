@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -124,6 +125,7 @@ def main() -> None:
             metavar="KEY=VALUE",
             help=f"environment of the {label} side's runs (repeatable)",
         )
+    parser.add_argument("--keep", type=Path, help="a folder to copy each run's harness lines into")
     parser.add_argument("bench", nargs="*", help="harness arguments (after --)")
     args = parser.parse_args()
     bench_args = args.bench or DEFAULT_BENCH
@@ -158,6 +160,9 @@ def main() -> None:
                         "run": run,
                     }
                     row.update(summarize(out))
+                    if args.keep:
+                        args.keep.mkdir(parents=True, exist_ok=True)
+                        shutil.copy(out, args.keep / out.name)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         finally:
