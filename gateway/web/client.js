@@ -130,7 +130,7 @@ export class TtsClient {
   /** Open a session; resolves with `session.created`, rejects with the
    * server's fatal `error` (or the close) if the connection is refused. */
   connect() {
-    if (this.state === "open" || this.state === "connecting") {
+    if (this.state === "open" || this.state === "connecting" || this.state === "resuming") {
       return this._opening ?? Promise.resolve(this.session);
     }
     this._userClosed = false;
