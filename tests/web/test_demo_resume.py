@@ -146,3 +146,28 @@ def test_text_streamed_across_a_cut_is_spoken_once_and_whole(
         assert errors == []
     finally:
         proxy.close()
+
+
+def test_past_the_window_the_page_falls_back_to_a_new_session(
+    server_factory: Callable[..., RunningServer], open_demo: Any
+) -> None:
+    """Down longer than ``resume_window_s``: the client stops trying, reports
+    the unfinished text as not spoken, and opens a new session."""
+    server = server_factory(resume_window_s=1)
+    proxy = FaultProxy(int(server.http.rsplit(":", 1)[1]))
+    try:
+        demo = open_demo(proxy.url)
+        page = demo.page
+        first = page.evaluate("demo.client.session.session_id")
+        page.evaluate("demo.client.sendText('Still typing this ')")
+        proxy.refuse()
+        wait_until(page, "demo.log.some((e) => e.type === 'resume_failed')", 10)
+        proxy.resume()
+        wait_until(page, "demo.client.state === 'open'", 30)
+        errors = page.text_content("#errors") or ""
+        assert "resume failed" in errors and "not spoken" in errors
+        assert "Still typing this" in errors
+        assert page.evaluate("demo.client.session.session_id") != first
+        assert not demo.events("resumed")
+    finally:
+        proxy.close()
