@@ -55,8 +55,25 @@ $("speed-value").textContent = `${Number($("speed").value).toFixed(2)}×`;
 client.on("message", (msg) => note(msg.type, { context_id: msg.context_id, utterance_index: msg.utterance_index }));
 client.on("sent", (msg) => note(`sent:${msg.type}`, { context_id: msg.context_id, text: msg.text }));
 client.on("state", (state) => {
-  $("status").textContent = state;
-  $("status").className = `pill ${state === "open" ? "open" : state === "closed" ? "bad" : ""}`;
+  const resuming = state === "resuming";
+  $("status").textContent = resuming ? "connection lost, resuming…" : state;
+  $("status").className = `pill ${state === "open" ? "open" : state === "closed" ? "bad" : resuming ? "warn" : ""}`;
+});
+// A network blip (protocol 2.1.0 resume): the session waits on the server,
+// the client takes it back and the audio goes on where it stopped.
+client.on("resuming", ({ attempt }) => {
+  $("link").textContent = attempt > 1 ? `resuming, try ${attempt}…` : "";
+  note("resuming", { attempt });
+});
+client.on("resumed", ({ offlineMs, replayedMessages, resentChars }) => {
+  const resent = resentChars ? `, ${resentChars} characters sent again` : "";
+  $("link").textContent = `resumed after ${(offlineMs / 1000).toFixed(1)} s offline (${replayedMessages} messages replayed${resent})`;
+  note("resumed", { offline_ms: offlineMs, replayed: replayedMessages, resent: resentChars });
+});
+client.on("resume_failed", ({ code, message }) => {
+  $("link").textContent = "";
+  showError("resume failed", `${code}: ${message}`);
+  note("resume_failed", { code });
 });
 client.on("error", (msg) => showError(msg.code, msg.message + (msg.fatal ? " (the connection was closed)" : "")));
 client.on("text.failed", ({ text, reason }) => showError("not spoken", `${reason}: “${text.trim().slice(0, 80)}”`));

@@ -90,6 +90,10 @@ export class Player {
       }),
       // input.done makes audio owed before any event arrives
       client.on("sent", (m) => m.type === "input.done" && this._updateOwed()),
+      // A resume (protocol 2.1.0) keeps the session: the audio goes on into
+      // the same buffer, and the positions reported while the connection was
+      // down are told again (the server paces against them).
+      client.on("resumed", () => this._reportAgain()),
     ];
     return () => {
       offs.forEach((off) => off());
@@ -167,6 +171,15 @@ export class Player {
   _report(key, samples) {
     if (!this.client || (this.reported.get(key) ?? -1) >= samples) return;
     this.reported.set(key, samples);
+    this._sendPosition(key, samples);
+  }
+
+  _reportAgain() {
+    if (this.withholdReports) return;
+    for (const [key, samples] of this.reported) this._sendPosition(key, samples);
+  }
+
+  _sendPosition(key, samples) {
     const playedMs = Math.floor(((samples * 1000) / this.sampleRate) * 10) / 10;
     this.client.playback(playedMs, { contextId: JSON.parse(key) });
   }
