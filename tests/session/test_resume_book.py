@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.protocol import UnspokenText
 from gateway.session.resume_book import ResumeBook, credential_of, token_hash
 
 
@@ -23,6 +24,9 @@ class Holder:
     def take_over(self) -> None:
         self.taken_over += 1
 
+    def unheard(self) -> list[UnspokenText]:
+        return [UnspokenText(context_id=None, unspoken_text="not heard")]
+
 
 def _code(book: ResumeBook, token: str, credential: str = "") -> ErrorCode:
     with pytest.raises(GatewayError) as refused:
@@ -33,7 +37,9 @@ def _code(book: ResumeBook, token: str, credential: str = "") -> ErrorCode:
 async def test_a_token_resumes_once_and_is_kept_only_as_a_hash() -> None:
     book, holder = ResumeBook(30), Holder()
     token, digest = book.issue(holder, "")
-    assert len(token) == 43 and digest == token_hash(token) and token not in digest
+    prefix, secret = token.split(".")
+    assert prefix == "gateway" and len(secret) == 43
+    assert digest == token_hash(token) and token not in digest
     book.suspend(digest)
     assert book.suspended == 1
     assert book.take(token, "") is holder
