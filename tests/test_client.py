@@ -18,6 +18,7 @@ from gateway.client import (
     Disconnected,
     Event,
     frame_ms,
+    resume_url,
 )
 from gateway.protocol import (
     AudioCancelled,
@@ -282,3 +283,15 @@ async def test_resume_after_a_drop_continues_the_audio(
                     break
     assert [f.header.sequence for f in frames if f.header] == list(range(len(frames)))
     assert sum(len(f.data) for f in frames) == sum(d.total_bytes for d in done)
+
+
+def test_resume_url_names_the_tokens_gateway_for_the_proxy() -> None:
+    """The resume's URL carries the token's prefix (``?resume=``), never the
+    token; a 2.1.0 token (no prefix) leaves the URL as it was."""
+    url = "ws://tts.example:8000/v1/audio/speech/stream"
+    secret = "Yc3" + "x" * 40
+    assert resume_url(url, f"gw-a.{secret}") == url + "?resume=gw-a"
+    with_key = resume_url(url + "?api_key=k&resume=old", f"pod-1.{secret}")
+    assert with_key == url + "?api_key=k&resume=pod-1"
+    assert secret not in with_key
+    assert resume_url(url, secret) == url
