@@ -99,7 +99,15 @@ def resume_url(url: str, token: str) -> str:
 
 
 class ClientError(Exception):
-    """The server refused the session or config, or the connection is gone."""
+    """The server refused the session or config, or the connection is gone.
+
+    ``error``: the server's ``error`` event when it said why (a refused
+    ``resume()``: on ``resume_expired``, its ``unspoken`` is the text not
+    heard, to send again on a new session)."""
+
+    def __init__(self, message: str, error: Error | None = None) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class State(enum.Enum):
@@ -284,7 +292,7 @@ class Client:
                 await ws.send(encode_text(request))
                 created = server_decoder.decode(await ws.recv())
                 if isinstance(created, Error):
-                    raise ClientError(f"resume refused: {created.code}: {created.message}")
+                    raise ClientError(f"resume refused: {created.code}: {created.message}", created)
                 resumed = server_decoder.decode(await ws.recv())
             except (ClientError, ConnectionClosed):
                 await ws.close()
