@@ -43,6 +43,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 from voice_gateway_wire.frames import TaggedHeader, unpack_frame
@@ -85,8 +86,28 @@ LOW_LATENCY = SessionConfig(response_format="pcm", stream_audio=True, frame_ms=2
 DEFAULT_MAX_QUEUED = 50
 
 
+def resume_url(url: str, token: str) -> str:
+    """``url`` with ``resume=<the gateway id>`` (the token's prefix, protocol
+    2.2.0), for a proxy to route the resume to the gateway that issued the
+    token (docs/deployment.md); the token itself stays out of the URL."""
+    issuer, dot, _ = token.rpartition(".")
+    if not dot:
+        return url  # a 2.1.0 server's token names no gateway
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "resume"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("resume", issuer)])))
+
+
 class ClientError(Exception):
-    """The server refused the session or config, or the connection is gone."""
+    """The server refused the session or config, or the connection is gone.
+
+    ``error``: the server's ``error`` event when it said why (a refused
+    ``resume()``: on ``resume_expired``, its ``unspoken`` is the text not
+    heard, to send again on a new session)."""
+
+    def __init__(self, message: str, error: Error | None = None) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class State(enum.Enum):
@@ -231,10 +252,10 @@ class Client:
             self._reader = asyncio.create_task(self._read(), name="gateway-client-reader")
             await self.configure(self.requested_config)
 
-    async def _connect(self) -> ClientConnection:
+    async def _connect(self, url: str | None = None) -> ClientConnection:
         # no deflate: audio does not compress, and it would cost latency
         return await connect(
-            self.url,
+            url or self.url,
             max_size=None,
             compression=None,
             additional_headers=self.headers,
@@ -253,6 +274,10 @@ class Client:
         token = self.session.resume_token if self.session is not None else None
         if token is None:
             raise ClientError("this server does not resume sessions; reconnect() instead")
+        # the old connection's reader stops first: until then it may still
+        # hand on frames the dropped socket had buffered, and the counts
+        # must include every one of them (else they would come twice)
+        await self.aclose(send_close=False)
         request = SessionResume(
             resume_token=token,
             received=[
@@ -260,15 +285,14 @@ class Client:
             ],
             events=self._events,
         )
-        await self.aclose(send_close=False)
         async with asyncio.timeout(self.open_timeout_s):
-            ws = await self._connect()
+            ws = await self._connect(resume_url(self.url, token))
             try:
                 server_decoder.decode(await ws.recv())  # the new connection's own session
                 await ws.send(encode_text(request))
                 created = server_decoder.decode(await ws.recv())
                 if isinstance(created, Error):
-                    raise ClientError(f"resume refused: {created.code}: {created.message}")
+                    raise ClientError(f"resume refused: {created.code}: {created.message}", created)
                 resumed = server_decoder.decode(await ws.recv())
             except (ClientError, ConnectionClosed):
                 await ws.close()

@@ -71,6 +71,7 @@ class ErrorCode(enum.StrEnum):
     RESUME_INVALID = "resume_invalid"
     RESUME_EXPIRED = "resume_expired"
     RESUME_FORBIDDEN = "resume_forbidden"
+    RESUME_ELSEWHERE = "resume_elsewhere"
 
     @property
     def spec(self) -> ErrorSpec:
@@ -217,6 +218,15 @@ _SPECS: dict[ErrorCode, ErrorSpec] = {
         403,
         "permission_error",
         "`session.resume` with a token of a session opened with another API or agent key.",
+    ),
+    # 421 Misdirected Request: the request went to a server that cannot answer it
+    ErrorCode.RESUME_ELSEWHERE: ErrorSpec(
+        "always",
+        CloseCode.POLICY,
+        421,
+        _BAD,
+        "`session.resume` with a token another gateway issued; the message names that"
+        " gateway's id (route by the token's prefix).",
     ),
 }
 

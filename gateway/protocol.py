@@ -20,7 +20,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from gateway.errors import ErrorCode, GatewayError
 
-PROTOCOL_VERSION = "2.1.0"
+PROTOCOL_VERSION = "2.2.0"
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "mulaw", "alaw"]
 ResponseFormat = Literal["wav", "pcm"]
@@ -460,6 +460,17 @@ class VoiceRemoveResult(_Message, tag="voice.remove.result", kw_only=True):
     deleted: bool = True
 
 
+class UnspokenText(msgspec.Struct, kw_only=True):
+    """What a context's client sent and did not hear, on the
+    ``resume_expired`` of a session that ended unresumed (since 2.2.0)."""
+
+    context_id: str | None
+    #: the text, from the first word not heard (as ``audio.cancelled``'s)
+    unspoken_text: str
+    #: cut to the report's bound: more was not heard than this
+    truncated: bool = False
+
+
 class Error(_Message, tag="error", kw_only=True):
     code: ErrorCode
     message: str
@@ -479,6 +490,10 @@ class Error(_Message, tag="error", kw_only=True):
     #: was refused (the deadline passed, the server began draining): how
     #: long it waited, from its first committed text (protocol 1.4)
     waited_ms: int | None = None
+    #: on ``resume_expired`` (since 2.2.0): per context, the text the client
+    #: sent and did not hear, while the server still holds it
+    #: (``resume_report_s``); null otherwise
+    unspoken: list[UnspokenText] | None = None
 
 
 ServerMessage = (

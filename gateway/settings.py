@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,6 +37,9 @@ import msgspec
 from gateway.engines.section import Section, check
 from gateway.engines.sections import EngineSections
 from gateway.errors import SettingsError
+
+#: what a gateway id may be: a resume token's prefix, URL-safe, without ``.``
+GATEWAY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 __all__ = ["SECTIONS", "Settings", "SettingsError", "field_names", "load_settings"]
 
@@ -95,6 +99,10 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     #: proxy addresses trusted for X-Forwarded-For (uvicorn's setting, comma
     #: separated); empty: trust no proxy, every limit counts the peer address
     forwarded_allow_ips: str = ""
+    #: this gateway's id: the prefix of the resume tokens it issues, which a
+    #: proxy routes a ``session.resume`` by (``[A-Za-z0-9_-]``, at most 64);
+    #: "" the host name (``docs/deployment.md``, "Resume on the same gateway")
+    gateway_id: str = ""
     # --- engine -------------------------------------------------------------
     #: registry name of the engine (``piper``, ``synthetic`` or one registered
     #: through the ``voice_gateway.engines`` entry-point group)
@@ -168,6 +176,22 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     #: the newest bytes of what a session sent (audio payloads and event
     #: characters) held for a resume to send again, per session
     resume_retention_bytes: int = 1_048_576
+    #: suspended sessions on the server; at the limit the oldest suspended
+    #: session ends to make room for a newer one
+    max_suspended_sessions: int = 64
+    #: suspended sessions per client (address or agent key); at it the
+    #: client's oldest suspended session ends
+    max_suspended_sessions_per_client: int = 64
+    #: replay bytes held by suspended sessions, all together; at it the
+    #: oldest suspended sessions end
+    max_suspended_bytes: int = 67_108_864
+    #: ``session.resume`` attempts per minute per client (address or agent
+    #: key), failed ones included; beyond it ``rate_limited``
+    max_resumes_per_minute: int = 20
+    #: after a suspended session ends unresumed, how long a resume with its
+    #: token still gets the text it did not hear (``resume_expired``'s
+    #: ``unspoken``; 0: never)
+    resume_report_s: float = 300.0
     # --- HTTP API -------------------------------------------------------------
     #: whose defaults a speech request that does not say gets, where OpenAI
     #: and vllm-omni 0.30 disagree: ``openai`` (``mp3``, a streamed body) or
@@ -235,6 +259,21 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
             (
                 self.resume_retention_bytes >= 65536,
                 "resume_retention_bytes must be >= 65536",
+            ),
+            (self.max_suspended_sessions >= 1, "max_suspended_sessions must be >= 1"),
+            (
+                self.max_suspended_sessions_per_client >= 1,
+                "max_suspended_sessions_per_client must be >= 1",
+            ),
+            (
+                self.max_suspended_bytes >= self.resume_retention_bytes,
+                "max_suspended_bytes must be >= resume_retention_bytes",
+            ),
+            (self.max_resumes_per_minute >= 1, "max_resumes_per_minute must be >= 1"),
+            (self.resume_report_s >= 0, "resume_report_s must be >= 0"),
+            (
+                self.gateway_id == "" or GATEWAY_ID.fullmatch(self.gateway_id) is not None,
+                "gateway_id must be 1 to 64 of A-Z a-z 0-9 _ - (or empty: the host name)",
             ),
             (all("=" in a for a in self.voice_aliases), "voice_aliases entries are alias=voice"),
             (self.max_http_streams >= 1, "max_http_streams must be >= 1"),

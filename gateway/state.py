@@ -16,7 +16,7 @@ from gateway.errors import CloseCode
 from gateway.flow import capacity
 from gateway.flow.admission import AdmissionGate, SlotQueue
 from gateway.ops.metrics import Metrics
-from gateway.session.resume_book import ResumeBook
+from gateway.session.resume_book import ResumeBook, SuspendLimits, default_gateway_id
 from gateway.settings import Settings
 from gateway.text.stage import Lexicon
 from gateway.ws.outbound import ConnectionGone
@@ -82,6 +82,8 @@ class GatewayState:
     live_sessions: set[LiveSession] = field(default_factory=set)
     sessions_by_client: dict[str, int] = field(default_factory=dict)
     connection_rates: dict[str, RateLimiter] = field(default_factory=dict)
+    #: ``session.resume`` attempts per client (``max_resumes_per_minute``)
+    resume_rates: dict[str, RateLimiter] = field(default_factory=dict)
     #: the server's pronunciation lexicon (``lexicon_file``), read at start
     lexicon: Lexicon = ()
     #: WebSocket sessions admitted at once (``max_active_streams``): the door
@@ -100,7 +102,21 @@ class GatewayState:
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.resumes = ResumeBook(s.resume_window_s)
+        self.resumes = ResumeBook(
+            s.resume_window_s,
+            gateway_id=s.gateway_id or default_gateway_id(),
+            limits=SuspendLimits(
+                s.max_suspended_sessions,
+                s.max_suspended_sessions_per_client,
+                s.max_suspended_bytes,
+            ),
+            report_s=s.resume_report_s,
+        )
+        resumes = self.resumes
+        if s.resume_window_s > 0:
+            log.info("gateway id %r: the prefix of its resume tokens", resumes.gateway_id)
+        resumes.on_evicted = lambda limit: self.metrics.suspended_evicted.labels(limit).inc()
+        self.metrics.track_suspended(lambda: resumes.suspended, lambda: resumes.retained_bytes)
         self.http_text_reader = ThreadPoolExecutor(1, thread_name_prefix="http-text")
         self.admission = AdmissionGate(
             SlotQueue(
@@ -190,11 +206,20 @@ class GatewayState:
         log.info("drained")
 
     def connection_allowed(self, client: str) -> bool:
-        """Connections per minute per client address."""
-        if len(self.connection_rates) > 10_000:  # bound the table
-            self.connection_rates.clear()
-        limiter = self.connection_rates.get(client)
-        if limiter is None:
-            limiter = RateLimiter(self.settings.max_connections_per_minute, 60.0)
-            self.connection_rates[client] = limiter
-        return limiter.allow()
+        """Connections per minute per client (address or agent key)."""
+        return _allowed(self.connection_rates, client, self.settings.max_connections_per_minute)
+
+    def resume_allowed(self, client: str) -> bool:
+        """``session.resume`` attempts per minute per client, failed ones
+        included (a client guessing tokens is refused)."""
+        return _allowed(self.resume_rates, client, self.settings.max_resumes_per_minute)
+
+
+def _allowed(rates: dict[str, RateLimiter], client: str, per_minute: int) -> bool:
+    if len(rates) > 10_000:  # bound the table
+        rates.clear()
+    limiter = rates.get(client)
+    if limiter is None:
+        limiter = RateLimiter(per_minute, 60.0)
+        rates[client] = limiter
+    return limiter.allow()

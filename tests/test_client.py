@@ -18,6 +18,7 @@ from gateway.client import (
     Disconnected,
     Event,
     frame_ms,
+    resume_url,
 )
 from gateway.protocol import (
     AudioCancelled,
@@ -282,3 +283,44 @@ async def test_resume_after_a_drop_continues_the_audio(
                     break
     assert [f.header.sequence for f in frames if f.header] == list(range(len(frames)))
     assert sum(len(f.data) for f in frames) == sum(d.total_bytes for d in done)
+
+
+def test_resume_url_names_the_tokens_gateway_for_the_proxy() -> None:
+    """The resume's URL carries the token's prefix (``?resume=``), never the
+    token; a 2.1.0 token (no prefix) leaves the URL as it was."""
+    url = "ws://tts.example:8000/v1/audio/speech/stream"
+    secret = "Yc3" + "x" * 40
+    assert resume_url(url, f"gw-a.{secret}") == url + "?resume=gw-a"
+    with_key = resume_url(url + "?api_key=k&resume=old", f"pod-1.{secret}")
+    assert with_key == url + "?api_key=k&resume=pod-1"
+    assert secret not in with_key
+    assert resume_url(url, secret) == url
+
+
+async def test_a_resume_too_late_tells_the_text_not_heard(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(resume_window_s=0.2)
+    config = SessionConfig(response_format="pcm", split_granularity="sentence")
+    client = await Client.connect(server.ws_url, config)
+    async with client:
+        await client.send_text("It was a bright cold day")
+        async with asyncio.timeout(30):
+            while not any(  # the text reached the server
+                ctx.utterance is not None
+                for conn in server.state.live_sessions
+                for ctx in conn.session.contexts
+            ):
+                await asyncio.sleep(0.01)
+            assert client._ws is not None
+            client._ws.transport.abort()  # the network drops
+            while server.state.sessions:  # the window passes
+                await asyncio.sleep(0.01)
+            with pytest.raises(ClientError) as refused:
+                await client.resume()
+    error = refused.value.error
+    assert error is not None and error.code == "resume_expired"
+    assert error.unspoken is not None
+    assert [(u.context_id, u.unspoken_text) for u in error.unspoken] == [
+        (None, "It was a bright cold day")
+    ]

@@ -91,6 +91,36 @@ class Metrics:
             "gateway_errors", "Errors reported to clients, by registry code.", ["code"], registry=r
         )
 
+        # resume (gateway.session.resume_book): suspended sessions and resumes
+        self.sessions_suspended = Gauge(
+            "gateway_sessions_suspended",
+            "WebSocket sessions whose connection dropped, waiting for session.resume"
+            " (counted in gateway_sessions_active too).",
+            registry=r,
+        )
+        self.suspended_bytes = Gauge(
+            "gateway_suspended_replay_bytes",
+            "Replay bytes (audio and event characters) held by suspended sessions.",
+            registry=r,
+        )
+        self.suspended_evicted = Counter(
+            "gateway_suspended_evicted",
+            "Suspended sessions ended before their window to make room, by the limit.",
+            ["limit"],
+            registry=r,
+        )
+        self.resumes_accepted = Counter(
+            "gateway_resumes_accepted",
+            "session.resume attempts that took a session back.",
+            registry=r,
+        )
+        self.resumes_refused = Counter(
+            "gateway_resumes_refused",
+            "session.resume attempts refused, by reason (the error code).",
+            ["reason"],
+            registry=r,
+        )
+
         # admission (gateway.flow.admission), per surface: the autoscaling signals
         self.admission_queue_depth = Gauge(
             "gateway_admission_queue_depth",
@@ -179,6 +209,11 @@ class Metrics:
         self.engine_queue_depth.set_function(queue_depth)
         self.engine_live_jobs.set_function(live_jobs)
         self.engine_work_item_max.set_function(largest_work_item)
+
+    def track_suspended(self, sessions: Callable[[], int], replay_bytes: Callable[[], int]) -> None:
+        """The suspended sessions' figures, read at each scrape (``ResumeBook``)."""
+        self.sessions_suspended.set_function(sessions)
+        self.suspended_bytes.set_function(replay_bytes)
 
     def render(self) -> bytes:
         self.live_tasks.set(len(asyncio.all_tasks()))

@@ -472,6 +472,11 @@ class Session:
         """The socket is gone: stop all engine work now."""
         self.endings.connection_lost()
 
+    def unheard(self) -> list[tuple[str | None, str]]:
+        """Per context with any, the text the client sent and did not hear
+        (``Endings.unheard``)."""
+        return self.endings.unheard()
+
     async def settle(self, timeout_s: float = 1.0) -> None:
         """Wait briefly for the streams to report the cancel of in-flight audio."""
         await self.audio_streams.settle(timeout_s)

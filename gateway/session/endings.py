@@ -26,7 +26,7 @@ from gateway import protocol
 from gateway.errors import ErrorCode, GatewayError
 from gateway.session.actions import Action, messages_only
 from gateway.session.audio_stream import AudioStream
-from gateway.session.cancel_report import cancel_report
+from gateway.session.cancel_report import cancel_report, heard_position
 from gateway.session.contexts import Context, Contexts
 from gateway.session.door import SessionDoor
 from gateway.session.utterance import Segment, Utterance
@@ -124,6 +124,25 @@ class Endings:
                 utt.cancelled = True
             ctx.listener.interrupt()
         self._cancel_jobs()
+
+    def unheard(self) -> list[tuple[str | None, str]]:
+        """Per context with any, the text of its open utterances the
+        listener has not heard, text still in the segmenter included: what a
+        cancel now would report as ``unspoken_text``, joined in order (the
+        report of a suspended session that ends unresumed)."""
+        now = time.monotonic()
+        texts: list[tuple[str | None, str]] = []
+        for ctx in self.contexts:
+            position, _ = ctx.listener.position(now)
+            parts: list[str] = []
+            for utt in ctx.open_utterances():
+                buffered = ctx.policy.buffered if utt is ctx.utterance else utt.unsent_text
+                _, unspoken = utt.heard_split(heard_position(utt, position), buffered)
+                if unspoken:
+                    parts.append(unspoken)
+            if parts:
+                texts.append((ctx.id, " ".join(parts)))
+        return texts
 
     # --- asked by the session core -------------------------------------------------
     def cancel(self, cid: str | None) -> list[Action]:

@@ -69,6 +69,11 @@ class ReplayLog:
         return self._next
 
     @property
+    def held_bytes(self) -> int:
+        """What the log holds now (payload bytes and event characters)."""
+        return self._bytes
+
+    @property
     def first_held(self) -> int:
         return self._held[0].position if self._held else self._next
 

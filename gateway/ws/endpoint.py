@@ -31,7 +31,7 @@ from gateway.session.core import (
 )
 from gateway.session.created import session_resumed
 from gateway.session.replay import ReplayInvalid, ReplayLog, ReplayLost
-from gateway.session.resume_book import credential_of
+from gateway.session.resume_book import ResumeExpired, credential_of
 from gateway.session.validation import ignored_fields_message, named_fields
 from gateway.session.voice_requests import VoiceDesk, VoiceRequest
 from gateway.state import DRAIN_POLL_S, GatewayState, RateLimiter
@@ -100,7 +100,12 @@ async def stream_endpoint(websocket: WebSocket) -> None:
         read = await _read_loop(websocket, conn)
         if isinstance(read, protocol.SessionResume):
             placeholder = conn
-            conn = await _resume(state, out, read, credential)  # GatewayError: refused
+            try:
+                conn = await _resume(state, out, read, credential, client)
+            except GatewayError as refused:
+                state.metrics.resumes_refused.labels(refused.code.value).inc()
+                raise
+            state.metrics.resumes_accepted.inc()
             await _end_session(state, placeholder, "replaced by a resume")
             generation = conn.generation
             conn.session.log.info("session resumed from %s", address)
@@ -189,11 +194,22 @@ async def _end_session(state: GatewayState, conn: Connection, why: str) -> None:
 
 
 async def _resume(
-    state: GatewayState, out: Outbound, request: protocol.SessionResume, credential: str
+    state: GatewayState,
+    out: Outbound,
+    request: protocol.SessionResume,
+    credential: str,
+    client: str,
 ) -> Connection:
     """Attach the session ``request`` names to ``out``: the new
     ``session.created``, ``session.resumed``, what the client did not get.
-    ``GatewayError`` when refused (the session ends unless the key was wrong)."""
+    ``GatewayError`` when refused (the session ends unless the key was
+    wrong, the token another gateway's or the client over its rate)."""
+    if not state.resume_allowed(client):
+        raise GatewayError(
+            ErrorCode.RATE_LIMITED,
+            f"more than {state.settings.max_resumes_per_minute} session.resume attempts per"
+            " minute from this client; wait before trying again",
+        )
     taken = state.resumes.take(request.resume_token, credential)
     assert isinstance(taken, Connection)
     conn = taken
@@ -204,10 +220,8 @@ async def _resume(
         conn.expire()
         raise GatewayError(ErrorCode.RESUME_INVALID, f"{exc}; the session has ended") from None
     except ReplayLost as exc:
-        conn.expire()
-        raise GatewayError(
-            ErrorCode.RESUME_EXPIRED,
-            f"{exc} (resume_retention_bytes); the session has ended",
+        raise state.resumes.end(
+            conn, f"{exc} (resume_retention_bytes); the session has ended"
         ) from None
     session = conn.session
     created = session.created_message(conn.resume_offer())
@@ -307,7 +321,7 @@ class Connection:
         assert self.state is not None
         self.out.suspend()
         self.state.live_sessions.discard(self)
-        self.state.resumes.suspend(self.token_hash or "")
+        self.state.resumes.suspend(self.token_hash or "", self.client, self.out.log.held_bytes)
         self.session.log.info("connection lost: suspended for a resume")
 
     def expire(self) -> asyncio.Task[None]:
@@ -317,6 +331,13 @@ class Connection:
         self.session.connection_lost()
         self._expiry = asyncio.create_task(_end_session(self.state, self, "resume window passed"))
         return self._expiry
+
+    def unheard(self) -> list[protocol.UnspokenText]:
+        """Per context, the text the client sent and did not hear."""
+        return [
+            protocol.UnspokenText(context_id=cid, unspoken_text=text)
+            for cid, text in self.session.unheard()
+        ]
 
     def take_over(self) -> None:
         """A resume arrived while the old connection still looked open."""
@@ -619,8 +640,11 @@ def _echo_subprotocol(websocket: WebSocket) -> str | None:
 async def _refuse(out: Outbound, error: GatewayError, code: int | None = None) -> None:
     """Accept-then-explain-then-close, so browsers can see why."""
     spec = error.code.spec
+    unspoken = error.unspoken if isinstance(error, ResumeExpired) else None
     try:
-        await out.event(protocol.Error(code=error.code, message=error.message, fatal=True))
+        await out.event(
+            protocol.Error(code=error.code, message=error.message, fatal=True, unspoken=unspoken)
+        )
     except ConnectionGone:
         return
     await out.close(code or spec.close_code or CloseCode.POLICY, str(error.code))

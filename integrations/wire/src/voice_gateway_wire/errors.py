@@ -35,6 +35,7 @@ ERROR_STATUS: Final[dict[str, int]] = {
     "resume_invalid": 400,
     "resume_expired": 410,
     "resume_forbidden": 403,
+    "resume_elsewhere": 421,
 }
 
 
