@@ -12,7 +12,7 @@
 //   client.sendText("Hello "); client.sendText("there."); client.done();
 import { decodePcm, parseTaggedFrame, stripWavHeader } from "./frames.js";
 import { contextKey } from "./jitter.js";
-import { chars, DROPPED, missingText, REFUSALS, ReceivedCounts, resumeDelay } from "./resume.js";
+import { chars, DROPPED, missingText, REFUSALS, ReceivedCounts, resumeDelay, resumeUrl } from "./resume.js";
 
 export { contextKey };
 
@@ -271,7 +271,7 @@ export class TtsClient {
     if (!r || this._userClosed) return;
     let ws;
     try {
-      ws = new this.WebSocket(this.url, subprotocols(this.apiKey));
+      ws = new this.WebSocket(resumeUrl(this.url, this.session.resume_token), subprotocols(this.apiKey));
     } catch {
       this._tryResume();
       return;

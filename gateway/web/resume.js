@@ -8,8 +8,28 @@ import { contextKey } from "./jitter.js";
  * proxy restarting): the server suspends the session for `resume_window_s`. */
 export const DROPPED = new Set([1005, 1006, 1012, 1013, 1014]);
 
-/** The server's refusals of `session.resume`: trying again cannot help. */
-export const REFUSALS = new Set(["resume_invalid", "resume_expired", "resume_forbidden"]);
+/** The server's refusals of `session.resume`: trying again cannot help
+ * (`resume_elsewhere`: the try already carried the gateway's id for the
+ * proxy, and it still reached another gateway). */
+export const REFUSALS = new Set(["resume_invalid", "resume_expired", "resume_forbidden", "resume_elsewhere"]);
+
+/**
+ * `url` with `resume=<gateway id>` (the token's prefix, protocol 2.2.0), so
+ * a proxy can route the resume to the gateway holding the session
+ * (docs/deployment.md); the token itself stays out of the URL.
+ */
+export function resumeUrl(url, token) {
+  const dot = token.lastIndexOf(".");
+  if (dot < 0) return url; // a 2.1.0 server's token names no gateway
+  let parsed;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return url; // not an absolute URL: the socket resolves it, unrouted
+  }
+  parsed.searchParams.set("resume", token.slice(0, dot));
+  return parsed.toString();
+}
 
 /** Characters as the server counts them (Python's `len`: code points). */
 export const chars = (text) => {

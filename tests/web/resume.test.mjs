@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { afterChars, chars, missingText, ReceivedCounts, resumeDelay } from "../../gateway/web/resume.js";
+import { afterChars, chars, missingText, REFUSALS, ReceivedCounts, resumeDelay, resumeUrl } from "../../gateway/web/resume.js";
 
 /** An utterance whose text was sent as `chunks`, then `queued` kept while disconnected. */
 function utterance(chunks, { queued = "", done = false, doneSent = false } = {}) {
@@ -83,4 +83,14 @@ test("resumeDelay: the first try at once, a short bounded backoff, none past the
   assert.equal(resumeDelay(3, { now: 0, deadline: 30000 }, () => 0), 200);
   assert.equal(at(5, 29000), null, "1.6 s from now is past the window");
   assert.equal(at(0, 30000), null);
+});
+
+test("resumeUrl: the token's gateway id in the URL for the proxy, the token itself never", () => {
+  const token = "gw-a.abcDEF_123";
+  assert.equal(resumeUrl("ws://h:8000/v1/audio/speech/stream", token), "ws://h:8000/v1/audio/speech/stream?resume=gw-a");
+  assert.equal(resumeUrl("wss://h/s?x=1&resume=old", token), "wss://h/s?x=1&resume=gw-a");
+  assert.ok(!resumeUrl("ws://h/s", token).includes("abcDEF"));
+  assert.equal(resumeUrl("ws://h/s", "no-prefix-token"), "ws://h/s"); // a 2.1.0 server's token
+  assert.equal(resumeUrl("/relative", token), "/relative");
+  assert.ok(REFUSALS.has("resume_elsewhere"));
 });
