@@ -18,8 +18,17 @@ for an engine whose compute is the gateway's own (one that reports
   are more than the machine serves: capacity is cut to ``cut_factor`` of
   what was speaking (never more often than ``hold_s``, and the window
   starts again, so each decision reads fresh evidence).  Above ``ample_s``
-  with sessions waiting at the door, capacity rises by ``rise_step`` every
-  ``rise_every_s``.  Between the two it holds (the hysteresis band), like
+  with sessions waiting at the door *and the capacity in use* (at least
+  ``floor(capacity)`` streams speaking), capacity rises by ``rise_step`` at
+  most every ``rise_every_s``, and the window starts again too.  Only
+  evidence read while the capacity was used may grow it, as TCP grows a
+  congestion window only while the window is used (RFC 7661): admission is
+  kept for a session's life, so a rise on the slack of sessions that had
+  not started speaking yet admits a conversation the machine cannot carry,
+  and every admitted one has gaps until one ends (round 12: a burst of 40
+  newcomers climbed the door from 6 to 8 while 4 of 6 spoke, and all 8
+  admitted conversations had gaps).  Between the two it holds (the
+  hysteresis band), like
   the gradient and Vegas limiters of Netflix's concurrency-limits: a
   smoothed signal against two thresholds, a multiplicative cut, an additive
   rise.
@@ -179,11 +188,14 @@ class DoorController:
             elif (
                 self.slack_p10 > p.ample_s
                 and waiting
+                and speaking >= math.floor(self.capacity)  # the capacity is in use
                 and now - self._rose_at >= p.rise_every_s
                 and now - self._cut_at >= p.hold_s
             ):
                 self.capacity = min(float(p.ceiling), self.capacity + p.rise_step)
                 self._rose_at = now
+                self._slack.clear()  # the next rise reads the load this one admits
+                self.slack_p10 = None
         self.limit = self._limit()
         return self.limit
 

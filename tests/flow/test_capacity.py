@@ -59,6 +59,25 @@ Step = tuple[float, Lateness, int, int, int, int]
             id="no rise while nobody waits at the door",
         ),
         pytest.param(
+            6.0,
+            [
+                (0.0, AMPLE, 6, 4, 2, 6),
+                (1.0, AMPLE, 6, 4, 2, 6),
+                (2.0, AMPLE, 6, 6, 2, 6),
+                (3.0, AMPLE, 6, 6, 2, 7),
+            ],
+            id="no rise while the capacity is not in use (admitted sessions not speaking yet)",
+        ),
+        pytest.param(
+            4.0,
+            [
+                (0.0, AMPLE, 4, 4, 2, 4),
+                (1.0, slack(*[0.5] * 5), 4, 4, 2, 4),
+                (2.0, slack(*[0.5] * 5), 4, 4, 2, 5),
+            ],
+            id="each rise reads fresh evidence: the window starts again",
+        ),
+        pytest.param(
             8.0,
             [(0.0, ONE_LATE, 8, 8, 3, 8), (0.25, ONE_LATE, 8, 8, 3, 8)],
             id="one late item among many moves nothing",
