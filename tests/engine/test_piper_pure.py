@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import os
 import threading
 import time
 from pathlib import Path
@@ -412,24 +411,3 @@ def test_work_ahead_uses_every_thread_when_nothing_is_due_soon() -> None:
     finally:
         release.set()
         worker.close()
-
-
-def test_a_second_acoustic_thread_runs_light_beside_the_first() -> None:
-    """Two acoustic worker threads under ``auto`` (one when deterministic or
-    a count is set); an acoustic item run while the other thread works takes
-    the one-thread sessions, and a seeded item keeps its thread count."""
-    from gateway.engines.piper.threads import ThreadPlan, acoustic_worker_threads
-
-    assert acoustic_worker_threads(0, deterministic=False) == (
-        2 if (os.cpu_count() or 1) >= 2 else 1
-    )
-    assert acoustic_worker_threads(0, deterministic=True) == 1
-    assert acoustic_worker_threads(3, deterministic=False) == 1
-    acoustic, decode = DeadlineWorker("a", 2), DeadlineWorker("d")
-    plan = ThreadPlan(0, 0, acoustic, decode)
-    acoustic.running = 1  # this item alone
-    assert not plan.acoustic_light()
-    acoustic.running = 2  # the other thread works too
-    assert plan.acoustic_light()
-    assert not plan.acoustic_light(fixed=True)
-    assert not ThreadPlan(2, 0, acoustic, decode).acoustic_light()  # a count set: as set

@@ -4,8 +4,8 @@ Pipeline per segment: espeak phonemes -> onnxruntime text encoder and duration
 predictor -> flow on windows of the latent (first window first) -> torch
 HiFi-GAN decode chunk by chunk with carried state -> fixed gain and soft limiter.
 
-Threads: one acoustic worker (all voices; two threads) and one decode worker
-per torch device, each serving the earliest due work first (``job.py`` says when each
+Threads: one acoustic worker (all voices) and one decode worker per torch
+device, each serving the earliest due work first (``job.py`` says when each
 item is due).  The acoustic worker runs the next segment's acoustic
 stage while the decode worker is still decoding the current one, except on the
 first-audio path: a first segment's second flow window is queued once its
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,7 +48,6 @@ from gateway.engines.piper.acoustic import check_session_providers, onnx_provide
 from gateway.engines.piper.job import MAX_MERGE, AcousticItem, PiperSegment, Workers
 from gateway.engines.piper.threads import (
     ThreadPlan,
-    acoustic_worker_threads,
     configure_torch_threads,
     decode_worker_threads,
     default_threads,
@@ -101,7 +99,6 @@ class PiperEngine(Engine):
         self._workers: Workers | None = None
         self._live = LiveJobs()
         self._largest_item = 0  #: the most phonemes one acoustic call read
-        self._largest_lock = threading.Lock()
         self.config = settings.piper
         # both checked here, before the server starts listening: a setting
         # that cannot be honoured fails `serve` at once with its reason
@@ -160,10 +157,7 @@ class PiperEngine(Engine):
                 self.device,
                 voice.gain,
             )
-        acoustic = DeadlineWorker(
-            "piper-acoustic",
-            acoustic_worker_threads(settings.acoustic_threads, settings.deterministic),
-        )
+        acoustic = DeadlineWorker("piper-acoustic")
         decode = DeadlineWorker(
             f"piper-decode-{self.device}",
             decode_worker_threads(
@@ -253,9 +247,8 @@ class PiperEngine(Engine):
         return len(self._live)
 
     def _record_work_item(self, phonemes: int) -> None:
-        # the acoustic worker's threads write; readers take the int as is
-        with self._largest_lock:
-            self._largest_item = max(self._largest_item, phonemes)
+        # one writer (the acoustic worker thread); readers take the int as is
+        self._largest_item = max(self._largest_item, phonemes)
 
     def largest_work_item(self) -> int:
         return self._largest_item

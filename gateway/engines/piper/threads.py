@@ -17,11 +17,6 @@ when decode work is *queued*, not for the chunk in flight (a segment's last
 chunk releases its consumer, which may submit the next text, before the
 decode worker is marked idle).
 
-The acoustic worker has two threads with the ``auto`` setting (one when
-deterministic or set): a long flow window of one session no longer holds
-every other session's next window behind it; the second runs the one-thread
-sessions while the first works.
-
 The decode worker has one thread per core (up to 4: ``decode_worker_threads``),
 so the vocoder work of many sessions spreads over every core (one decode
 thread serialized every session's vocoder work on one core while the others
@@ -48,18 +43,6 @@ from gateway.engines.deadline_worker import DeadlineWorker
 def default_threads() -> int:
     """Every core, up to 4."""
     return max(1, min(4, os.cpu_count() or 2))
-
-
-def acoustic_worker_threads(acoustic_threads: int, deterministic: bool) -> int:
-    """Acoustic threads: two with the ``auto`` thread setting (the second
-    runs the one-thread sessions while the first works), one when a count is
-    set or the output must be deterministic.  With one thread, a neighbour's
-    flow window (bounded, ``max_item_phonemes``) holds a live stream's next
-    window behind it; with two, the deadline worker's lane keeps one for
-    work due soon (issue 28: the canary's gaps)."""
-    if deterministic or acoustic_threads or default_threads() < 2:
-        return 1
-    return 2
 
 
 def decode_worker_threads(vocoder_threads: int, deterministic: bool, device: str) -> int:
@@ -93,12 +76,9 @@ class ThreadPlan:
         self._local = threading.local()
 
     def acoustic_light(self, fixed: bool = False) -> bool:
-        """Run the next acoustic item on one thread (decode work is waiting,
-        or another acoustic thread works: called from the item's own thread,
-        which counts as running).  ``fixed``: the item's output must repeat
-        (a seeded request): never."""
-        busy = self._decode_worker.depth() > 0 or self._acoustic_worker.running > 1
-        return not fixed and self.adaptive_acoustic and busy
+        """Run the next acoustic item on one thread (decode work is waiting).
+        ``fixed``: the item's output must repeat (a seeded request): never."""
+        return not fixed and self.adaptive_acoustic and self._decode_worker.depth() > 0
 
     def set_vocoder_threads(self, first_chunk: bool, fixed: bool = False) -> None:
         """On the decode worker, before a chunk: every core for an

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +38,6 @@ log = logging.getLogger(__name__)
 
 #: the torch decoder must match the ONNX decoder this closely to be used
 VERIFY_TOLERANCE = 1e-3
-#: espeak-ng is not thread-safe (global state): every phonemizer call holds it
-ESPEAK_LOCK = threading.Lock()
 
 
 @dataclass
@@ -111,11 +108,8 @@ class LoadedVoice:
     # --- text -------------------------------------------------------------------
 
     def phonemize(self, text: str) -> list[str]:
-        """Phonemes of the whole segment (sentences joined by a space).
-        espeak-ng keeps global state: one call at a time in the process (the
-        acoustic worker has two threads)."""
-        with ESPEAK_LOCK:
-            sentences = [s for s in self.phonemizer.phonemize(text) if s]
+        """Phonemes of the whole segment (sentences joined by a space)."""
+        sentences = [s for s in self.phonemizer.phonemize(text) if s]
         phonemes: list[str] = []
         for sentence in sentences:
             if phonemes:
