@@ -17,6 +17,10 @@ them when a connection is accepted or a response piece arrives):
   more (the connection stays open);
 * ``cut_after``: forward this many response bytes, then close both sides.
 
+``paused`` holds the proxy's loop for a block, so that events happening
+meanwhile reach it together (its own tests race a client's reset against
+the response's last piece that way).
+
 Each connection keeps the first 64 KiB its client sent (``request_sample``),
 so a test can read what a gateway asked its upstream for.
 
@@ -31,6 +35,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 #: how much of each request the proxy keeps for a test to read
@@ -112,6 +118,24 @@ class FaultProxy:
         self._thread.join(5)
         self._loop.close()
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the proxy's event loop for the block: what happens on its
+        sockets meanwhile (a client's reset, a server's bytes) is handled
+        together when it resumes, so a test can make two events race."""
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            holding.set()
+            release.wait(10)
+
+        self._loop.call_soon_threadsafe(hold)
+        assert holding.wait(10), "the proxy's loop did not come to the hold"
+        try:
+            yield
+        finally:
+            release.set()
+
     def open_connections(self) -> list[Connection]:
         return [c for c in self.connections if c.closed is None]
 
@@ -183,19 +207,25 @@ class FaultProxy:
                 if limit is not None and conn.response_bytes + len(data) > limit:
                     data = data[: max(0, limit - conn.response_bytes)]
                     if data:
-                        writer.write(data)
-                        conn.response_bytes += len(data)
-                        await writer.drain()
+                        await self._to_client(writer, data, conn)
                     if action == "stall":
                         await asyncio.wait({client_gone})  # silent until the client leaves
                     return
-            writer.write(data)
-            conn.response_bytes += len(data)
-            try:
-                await writer.drain()
-            except (ConnectionError, OSError):
-                # the client went away while the response was relayed: it may
-                # show here (a reset on write) before the request side sees it
-                if conn.closed_by_client is None:
-                    conn.closed_by_client = time.monotonic()
-                raise
+            await self._to_client(writer, data, conn)
+
+    @staticmethod
+    async def _to_client(writer: asyncio.StreamWriter, data: bytes, conn: Connection) -> None:
+        """Relay a piece of the response: every write to the client goes
+        through here.  A client that went away may show on this side first
+        (a reset on write, or the reader's error that ``drain`` raises once
+        the loop saw the reset) and ``_handle`` then cancels ``_requests``
+        before it can note it, so it is noted here: on every write, the
+        last piece before a ``stall_after`` or ``cut_after`` included."""
+        writer.write(data)
+        conn.response_bytes += len(data)
+        try:
+            await writer.drain()
+        except (ConnectionError, OSError):
+            if conn.closed_by_client is None:
+                conn.closed_by_client = time.monotonic()
+            raise
