@@ -108,16 +108,21 @@ def gateway_process(
     **settings: object,
 ) -> Iterator[Gateway]:
     """``python -m gateway serve`` with the ``gateway`` package imported from
-    ``root`` (a checkout, or an unpacked wheel), run by ``python`` (default
+    ``root`` (a checkout, or an unpacked wheel; a checkout's
+    ``integrations/wire`` too), run by ``python`` (default
     ``gateway_python(root)``) in ``cwd`` (default ``root``) on ``port`` (a
     free one by default), each other keyword a ``GATEWAY_*`` setting.  Output
     goes to a log file in ``data_dir`` (a pipe could fill up and block a
     chatty server).  Ready (``/readyz``) when yielded, stopped with SIGTERM
     (then SIGKILL) after."""
     port = port or free_port()
+    # a checkout's own wire package first: the gateway's interpreter may have
+    # another checkout's installed (an editable install shared by worktrees)
+    wire = root / "integrations" / "wire" / "src"
+    path = [str(root), *([str(wire)] if wire.is_dir() else [])]
     env = {
         **os.environ,
-        "PYTHONPATH": str(root),
+        "PYTHONPATH": os.pathsep.join(path),
         "GATEWAY_DATA_DIR": str(data_dir),
         **{f"GATEWAY_{name.upper()}": str(value) for name, value in settings.items()},
     }
