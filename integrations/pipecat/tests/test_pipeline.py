@@ -33,7 +33,7 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.transcriptions.language import Language
 from pipecat.workers.runner import WorkerRunner
-from voice_gateway_wire.testing import Gateway
+from voice_gateway_wire.testing import DroppingProxy, Gateway
 
 from voice_gateway_pipecat import GatewayTTSService, GatewayTTSSettings
 
@@ -259,8 +259,6 @@ async def test_dropped_connection_reconnects_and_never_resends(
 ) -> None:
     """A gateway that does not resume: the drop ends the session, the text
     in flight is reported, a new session starts."""
-    from tests.proxy import DroppingProxy
-
     gateway = no_resume_gateway
     proxy = DroppingProxy(gateway.port)
     await proxy.start()
@@ -309,8 +307,6 @@ async def test_a_drop_mid_reply_is_resumed_and_the_reply_goes_on(gateway: Gatewa
     without a gap or a repeat (what the pipeline got is what session.done
     reports), its words reach the context once, nothing is reported lost,
     and text given during the drop is spoken after it."""
-    from tests.proxy import DroppingProxy
-
     proxy = DroppingProxy(gateway.port)
     await proxy.start()
 
