@@ -612,6 +612,8 @@ class Client:
                     ws, created, answer = await self._resume_handshake()
             except ResumeRefused as exc:
                 return str(exc)
+            except msgspec.DecodeError as exc:  # not the protocol's answer
+                return f"unexpected answer to session.resume: {exc}"
             except (OSError, TimeoutError, WebSocketException):
                 continue  # the network or the server is not back yet
             why = await self._take_back(ws, created, answer)
