@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from gateway.client import AudioFrame, Client, Disconnected, Event, State
-from gateway.protocol import AudioDone, AudioStart, SessionConfig, SessionDone
+from gateway.protocol import AudioCancelled, AudioDone, AudioStart, SessionConfig, SessionDone
 from tests.conftest import RunningServer
 from tests.faultproxy import FaultProxy
 
@@ -151,6 +151,31 @@ async def test_text_given_while_disconnected_is_sent_after_the_resume_once(
     assert spoken(events, "c") == ["The", "clocks", "were", "striking", "thirteen."]
     for context_id in (None, "b", "c"):
         check_continuous(events, context_id)
+
+
+async def test_a_cancel_given_while_disconnected_goes_out_after_the_resume(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    server = server_factory(resume_window_s=30)
+    with proxied(server) as (proxy, url):
+        client = await Client.connect(url, TAGGED)
+        async with client:
+            await client.send_text(TEXT)
+            await client.done()
+            events = await until(client, lambda e: len(frames_of(e)) >= 5)
+            await asyncio.to_thread(proxy.refuse)
+            async with asyncio.timeout(HANG_GUARD_S):
+                while client.state is not State.RESUMING:
+                    await asyncio.sleep(0.01)
+            cancelling = asyncio.create_task(client.cancel())  # waits for the resume
+            await asyncio.to_thread(proxy.resume)
+            events += await until(client, lambda e: any(isinstance(x, SessionDone) for x in e))
+            await cancelling
+            assert client.resumes == 1
+    assert not any(isinstance(e, Disconnected) for e in events)
+    (finished,) = [e for e in events if isinstance(e, SessionDone)]
+    assert finished.cancelled  # the reply stopped: the cancel reached the resumed session
+    assert any(isinstance(e, AudioCancelled) for e in events)
 
 
 async def test_past_the_window_the_drop_is_reported_as_before(
