@@ -27,10 +27,20 @@ the server speaks what was flushed before it closes; keep iterating
 ``events()`` until ``Disconnected`` (code 1000).  ``aclose()`` stops at once:
 ``cancel`` for every context, then ``session.close``, then the socket closes.
 
-Reconnects: a connection is one session.  When it is lost, text sent for
-utterances that had not finished (no ``session.done``) is reported in
-``Disconnected.failed``; ``reconnect()`` opens a new session with the same
-config and never re-sends anything.  This module must not retry on its own.
+Resume (protocol 2.1.0, ``auto_resume``, on by default): when the connection
+drops (no close frame, or a proxy's 1012-1014; never a close the client or
+the server chose), the reader reconnects at once and sends
+``session.resume`` with what it received, then the text the server does not
+hold (``voice_gateway_wire.resume``, shared with the framework plugins).
+The caller's ``events()`` goes on with no frame repeated or skipped and sees
+no ``Disconnected``; text and ``input.done`` given meanwhile are held and
+sent after the resume, other messages wait for it.  Tries are bounded by the
+server's ``resume_window_s``.  A refused resume (``resume_invalid``,
+``resume_expired``, ``resume_forbidden``), the window passing, or a server
+that does not resume (``resume_window_s`` 0) ends the connection as before
+2.1.0: text of utterances that had not finished (no ``session.done``) is
+reported in ``Disconnected.failed``, and ``reconnect()`` opens a new session
+with the same config and never re-sends anything.
 """
 
 from __future__ import annotations
@@ -38,8 +48,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
@@ -47,8 +58,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 from voice_gateway_wire.frames import TaggedHeader, unpack_frame
+from voice_gateway_wire.resume import (
+    WINDOW_MARGIN_S,
+    Resumed,
+    ResumeTracker,
+    retry_delay_s,
+)
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from gateway.protocol import (
     AudioDone,
@@ -62,13 +79,11 @@ from gateway.protocol import (
     InputText,
     Ping,
     Playback,
-    ReceivedMessages,
     ServerMessage,
     SessionClose,
     SessionConfig,
     SessionCreated,
     SessionDone,
-    SessionResume,
     SessionResumed,
     SessionUpdated,
     encode_text,
@@ -110,9 +125,17 @@ class ClientError(Exception):
         self.error = error
 
 
+class ResumeRefused(ClientError):
+    """The server would not give the session back (or it did not answer
+    ``session.resume`` as the protocol says): do not try again."""
+
+
 class State(enum.Enum):
     CONNECTING = "connecting"
     OPEN = "open"
+    #: the connection dropped; the reader is taking the session back on a
+    #: new one (``auto_resume``): text is held, other sends wait
+    RESUMING = "resuming"
     #: ``finish()`` sent ``session.close``: the server speaks what was flushed,
     #: then closes; only ``cancel``, ``playback`` and ``ping`` may still be sent
     CLOSING = "closing"
@@ -173,8 +196,11 @@ class Client:
         max_queued: int = DEFAULT_MAX_QUEUED,
         headers: dict[str, str] | None = None,
         open_timeout_s: float = 30.0,
+        auto_resume: bool = True,
     ) -> None:
         self.url = url
+        #: resume a dropped connection by itself (protocol 2.1.0)
+        self.auto_resume = auto_resume
         self.requested_config = config
         self.max_queued = max_queued
         self.headers = headers or {}
@@ -191,15 +217,17 @@ class Client:
         # routing binary messages to their sentence
         self._raw_current: AudioStart | None = None
         self._tagged: dict[int, AudioStart] = {}
-        # text of utterances without session.done, per context: failed on loss
-        self._pending: dict[str | None, list[str]] = {}
         self._disconnected: Disconnected | None = None
         self._config_waiters: list[asyncio.Future[SessionUpdated | Error]] = []
-        #: for ``resume``: binary messages handed on per context (every one
-        #: under context None with raw framing), and JSON messages handed on
-        #: since this connection's session.created (or session.resumed)
-        self._received: dict[str | None, int] = {}
-        self._events = 0
+        #: for resume: binary messages received per context, JSON messages
+        #: since this connection's session.created (or session.resumed), and
+        #: the text of utterances without session.done (failed on loss)
+        self._tracker = ResumeTracker()
+        #: set and replaced whenever ``state`` or the connection changes
+        self._changed = asyncio.Event()
+        #: resumes that took the session back, and the latest answer
+        self.resumes = 0
+        self.last_resumed: SessionResumed | None = None
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -214,15 +242,22 @@ class Client:
         max_queued: int = DEFAULT_MAX_QUEUED,
         open_timeout_s: float = 30.0,
         local_host: str | None = None,
+        auto_resume: bool = True,
     ) -> Client:
         """Open a session and apply ``config`` (default ``LOW_LATENCY``);
-        ``local_host``: connect from this local address."""
+        ``local_host``: connect from this local address; ``auto_resume``:
+        take the session back by itself when the connection drops."""
         config = msgspec.structs.replace(config or LOW_LATENCY)
         if voice is not None:
             config = msgspec.structs.replace(config, voice=voice)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         client = cls(
-            url, config, max_queued=max_queued, headers=headers, open_timeout_s=open_timeout_s
+            url,
+            config,
+            max_queued=max_queued,
+            headers=headers,
+            open_timeout_s=open_timeout_s,
+            auto_resume=auto_resume,
         )
         client.local_host = local_host
         await client._open()
@@ -233,10 +268,8 @@ class Client:
         self._queue = asyncio.Queue(self.max_queued)
         self._raw_current = None
         self._tagged = {}
-        self._pending = {}
         self._disconnected = None
-        self._received = {}
-        self._events = 0
+        self._tracker.new_session()
         async with asyncio.timeout(self.open_timeout_s):
             self._ws = await self._connect()
             first = server_decoder.decode(await self._ws.recv())
@@ -246,11 +279,28 @@ class Client:
                 raise ClientError(f"refused: {first.code}: {first.message}")
             if not isinstance(first, SessionCreated):
                 raise ClientError(f"expected session.created, got {type(first).__name__}")
-            self.session = first
-            self.config = first.defaults
-            self.state = State.OPEN
+            self._attach(first)
+            self._set_state(State.OPEN, self._ws)
             self._reader = asyncio.create_task(self._read(), name="gateway-client-reader")
             await self.configure(self.requested_config)
+
+    def _attach(self, created: SessionCreated) -> None:
+        self.session = created
+        self.config = created.defaults
+        self._tracker.created(created.resume_token, created.resume_window_s)
+        self._tracker.tagged = created.defaults.framing == "tagged"
+
+    def _set_state(self, state: State, ws: ClientConnection | None = None) -> None:
+        """Change ``state`` (and the connection) and wake whoever waits on it."""
+        self.state = state
+        if ws is not None or state is State.RESUMING:
+            self._ws = ws
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_until(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            await self._changed.wait()
 
     async def _connect(self, url: str | None = None) -> ClientConnection:
         # no deflate: audio does not compress, and it would cost latency
@@ -266,48 +316,53 @@ class Client:
 
     async def resume(self) -> SessionResumed:
         """Take the session back on a new connection after the old one
-        dropped (protocol 2.1.0, within the server's ``resume_window_s``):
-        its config, contexts and text stay, and ``events()`` goes on where it
+        dropped (protocol 2.1.0, within the server's ``resume_window_s``),
+        for a client made with ``auto_resume=False`` (one with it resumes by
+        itself): its config, contexts and text stay, the text the server
+        does not hold is sent again, and ``events()`` goes on where it
         stopped, with no frame repeated or skipped (iterate it again after
         its ``Disconnected``).  ``ClientError`` when refused (expired,
         unknown): then ``reconnect()`` starts a new session."""
-        token = self.session.resume_token if self.session is not None else None
-        if token is None:
+        if self._tracker.token is None:
             raise ClientError("this server does not resume sessions; reconnect() instead")
-        # the old connection's reader stops first: until then it may still
-        # hand on frames the dropped socket had buffered, and the counts
-        # must include every one of them (else they would come twice)
         await self.aclose(send_close=False)
-        request = SessionResume(
-            resume_token=token,
-            received=[
-                ReceivedMessages(context_id=c, messages=n) for c, n in self._received.items()
-            ],
-            events=self._events,
-        )
-        async with asyncio.timeout(self.open_timeout_s):
-            ws = await self._connect(resume_url(self.url, token))
-            try:
-                server_decoder.decode(await ws.recv())  # the new connection's own session
-                await ws.send(encode_text(request))
-                created = server_decoder.decode(await ws.recv())
-                if isinstance(created, Error):
-                    raise ClientError(f"resume refused: {created.code}: {created.message}", created)
-                resumed = server_decoder.decode(await ws.recv())
-            except (ClientError, ConnectionClosed):
-                await ws.close()
-                raise
-        if not isinstance(created, SessionCreated) or not isinstance(resumed, SessionResumed):
-            await ws.close()
-            raise ClientError("unexpected answer to session.resume")
-        self._ws = ws
-        self.session = created
-        self.config = created.defaults
-        self._events = 0
+        try:
+            async with asyncio.timeout(self.open_timeout_s):
+                ws, created, answer = await self._resume_handshake()
+        except (OSError, TimeoutError, WebSocketException) as exc:
+            raise ClientError(f"resume failed: {type(exc).__name__}: {exc}") from exc
         self._disconnected = None
-        self.state = State.OPEN
-        self._reader = asyncio.create_task(self._read(), name="gateway-client-reader")
-        return resumed
+        self._set_state(State.RESUMING)
+        self._reader = asyncio.create_task(
+            self._read(taken_back=(ws, created, answer)), name="gateway-client-reader"
+        )
+        return answer[0]
+
+    async def _resume_handshake(
+        self,
+    ) -> tuple[ClientConnection, SessionCreated, tuple[SessionResumed, Resumed]]:
+        """A new connection and its ``session.resume``: the new
+        ``session.created`` and ``session.resumed``.  ``ResumeRefused`` when
+        refused; connection errors as they come (worth another try)."""
+        token = self._tracker.token
+        ws = await self._connect(None if token is None else resume_url(self.url, token))
+        try:
+            first = server_decoder.decode(await ws.recv())  # the new connection's own session
+            if isinstance(first, Error):
+                raise ConnectionError(f"{first.code}: {first.message}")  # busy: try again
+            await ws.send(msgspec.json.encode(self._tracker.resume_message()).decode())
+            created = server_decoder.decode(await ws.recv())
+            if isinstance(created, Error):
+                raise ResumeRefused(f"resume refused: {created.code}: {created.message}", created)
+            raw = await ws.recv()
+            resumed = server_decoder.decode(raw)
+            if not isinstance(created, SessionCreated) or not isinstance(resumed, SessionResumed):
+                raise ResumeRefused("unexpected answer to session.resume")
+        except BaseException:
+            await ws.close()
+            raise
+        self._tracker.created(created.resume_token, created.resume_window_s)
+        return ws, created, (resumed, self._tracker.resumed(msgspec.json.decode(raw)))
 
     async def reconnect(self) -> list[FailedText]:
         """Open a new session with the same config.  Returns the text of
@@ -328,7 +383,7 @@ class Client:
             return time.perf_counter()  # sent already
         await self._send(SessionClose())
         if self.state is State.OPEN:  # the reader may have seen the close already
-            self.state = State.CLOSING
+            self._set_state(State.CLOSING)
         return time.perf_counter()
 
     async def aclose(self, *, send_close: bool = True) -> None:
@@ -342,7 +397,7 @@ class Client:
                 await ws.send(encode_text(Cancel(context_id="*")))
                 if self.state is State.OPEN:
                     await ws.send(encode_text(SessionClose()))
-        self.state = State.CLOSED
+        self._set_state(State.CLOSED)
         if ws is not None:
             await ws.close()
         if self._reader is not None:
@@ -364,18 +419,59 @@ class Client:
 
     # --- sending --------------------------------------------------------------
 
-    async def _send(self, message: ClientMessage) -> None:
+    def _check_sendable(self, message: ClientMessage) -> None:
         if self.state is State.CLOSING and not isinstance(message, _WHILE_CLOSING):
             raise ClientError(
                 "the session is closing (finish() sent session.close); only cancel,"
                 " playback and ping may still be sent"
             )
-        if self.state not in (State.OPEN, State.CLOSING) or self._ws is None:
+        if self.state not in (State.OPEN, State.CLOSING, State.RESUMING):
             raise ClientError("the connection is closed; reconnect() starts a new session")
-        try:
-            await self._ws.send(encode_text(message))
-        except ConnectionClosed as exc:
-            raise ClientError(f"connection lost: {exc}") from exc
+
+    def _may_resume(self) -> bool:
+        """Whether a connection that fails now may still be resumed (the
+        reader decides once it sees the close)."""
+        return self.auto_resume and self.state is State.OPEN and self._tracker.can_resume(None)
+
+    async def _send(self, message: ClientMessage) -> None:
+        """Send now; while the session is being resumed, once it is back."""
+        while True:
+            self._check_sendable(message)
+            ws = self._ws
+            if self.state is State.RESUMING or ws is None:
+                await self._wait_until(lambda: self.state is not State.RESUMING)
+                continue
+            try:
+                await ws.send(encode_text(message))
+                return
+            except ConnectionClosed as exc:
+                if not self._may_resume():
+                    raise ClientError(f"connection lost: {exc}") from exc
+            # the reader resumes or ends the session: wait for its decision
+            await self._wait_until(functools.partial(self._replaced, ws))
+
+    def _replaced(self, ws: ClientConnection) -> bool:
+        """The reader has seen ``ws`` close: resuming, back, or ended."""
+        return self._ws is not ws or self.state is State.CLOSED
+
+    async def _send_input(self, message: InputText | InputDone) -> None:
+        """Text and ``input.done``: given while the session is being
+        resumed, they are held and sent after it (only what the server
+        lacks, ``session.resumed``)."""
+        self._check_sendable(message)
+        ws = self._ws
+        sent = False
+        if self.state is not State.RESUMING and ws is not None:
+            try:
+                await ws.send(encode_text(message))
+                sent = True
+            except ConnectionClosed as exc:
+                if not self._may_resume():
+                    raise ClientError(f"connection lost: {exc}") from exc
+        if isinstance(message, InputText):
+            self._tracker.text(message.context_id, message.text, sent=sent)
+        else:
+            self._tracker.done(message.context_id, sent=sent)
 
     async def configure(self, config: SessionConfig, timeout_s: float = 10.0) -> EffectiveConfig:
         """Send a ``session.config`` and wait for its ``session.updated``.
@@ -395,8 +491,7 @@ class Client:
 
     async def send_text(self, text: str, context_id: str | None = None) -> float:
         """Send one text increment; returns the ``perf_counter`` time it was sent."""
-        await self._send(InputText(text=text, context_id=context_id))
-        self._pending.setdefault(context_id, []).append(text)
+        await self._send_input(InputText(text=text, context_id=context_id))
         return time.perf_counter()
 
     async def flush(self, context_id: str | None = None) -> float:
@@ -405,13 +500,14 @@ class Client:
 
     async def done(self, context_id: str | None = None) -> float:
         """End the utterance (``input.done``): what is buffered is spoken."""
-        await self._send(InputDone(context_id=context_id))
-        self._pending.setdefault(context_id, [])
+        await self._send_input(InputDone(context_id=context_id))
         return time.perf_counter()
 
     async def cancel(self, context_id: str | None = None) -> float:
         """Barge-in: ``"*"`` cancels every context.  The report arrives as
         ``AudioCancelled`` and ``SessionDone(cancelled=True)``."""
+        self._check_sendable(Cancel(context_id=context_id))
+        self._tracker.cancel(context_id)  # never sent again on a resume
         await self._send(Cancel(context_id=context_id))
         return time.perf_counter()
 
@@ -467,54 +563,139 @@ class Client:
 
     def _failed_now(self) -> list[FailedText]:
         return [
-            FailedText(context_id=ctx, text="".join(parts))
-            for ctx, parts in self._pending.items()
-            if parts
+            FailedText(context_id=ctx, text=text)
+            for ctx, text in self._tracker.unfinished().items()
         ]
 
-    async def _read(self) -> None:
-        assert self._ws is not None
-        ws = self._ws
+    async def _read(
+        self,
+        taken_back: tuple[ClientConnection, SessionCreated, tuple[SessionResumed, Resumed]]
+        | None = None,
+    ) -> None:
+        """Read connection after connection: a dropped one is resumed
+        (``auto_resume``), until one ends for good (``Disconnected``)."""
         code: int | None = None
         reason = ""
         try:
+            if taken_back is not None:  # resume(): the handshake is done
+                reason = await self._take_back(*taken_back) or ""
+                if reason:
+                    return
+            while True:
+                ws = self._ws
+                assert ws is not None
+                code, reason = await self._read_connection(ws)
+                if not (
+                    self.auto_resume and self.state is State.OPEN and self._tracker.can_resume(code)
+                ):
+                    return
+                why = await self._auto_resume()
+                if why is not None:
+                    reason = why
+                    return
+        finally:
+            self._ended(code, reason)
+
+    async def _read_connection(self, ws: ClientConnection) -> tuple[int | None, str]:
+        """Hand on every message of ``ws``; its close code and reason."""
+        try:
             async for message in ws:
-                now = time.perf_counter()
-                if isinstance(message, bytes):
-                    frame = self._frame(message, now)
-                    if frame is not None:
-                        await self._queue.put(frame)
-                        # counted once handed on (a resume's ``received``)
-                        key = frame.context_id if frame.header is not None else None
-                        self._received[key] = self._received.get(key, 0) + 1
-                    continue
-                event = self._event(message)
-                if event is not None:
-                    await self._queue.put(event)
-                self._events += 1
+                await self._handle(message)
         except ConnectionClosed:
             pass  # the close code is read below
-        finally:
-            if ws.close_code is not None:
-                code = ws.close_code
-                reason = ws.close_reason or ""
-            self.state = State.CLOSED
-            for waiter in self._config_waiters:
-                if not waiter.done():
-                    waiter.set_exception(ClientError(f"connection closed ({code})"))
-            self._config_waiters.clear()
-            self._disconnected = Disconnected(
-                code=code, reason=reason, failed=self._failed_now(), received_at=time.perf_counter()
-            )
-            # The caller may have stopped iterating: never block a closing reader.
-            with contextlib.suppress(asyncio.QueueFull):
-                self._queue.put_nowait(self._disconnected)
+        return ws.close_code, ws.close_reason or ""
+
+    async def _handle(self, message: str | bytes) -> None:
+        now = time.perf_counter()
+        if isinstance(message, bytes):
+            frame = self._frame(message, now)
+            if frame is not None:
+                await self._queue.put(frame)
+            return
+        event = self._event(message)
+        if event is not None:
+            await self._queue.put(event)
+
+    async def _auto_resume(self) -> str | None:
+        """Take the session back on a new connection, trying again while the
+        window lasts; None when it is back, else why not."""
+        self._set_state(State.RESUMING)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._tracker.window_s - WINDOW_MARGIN_S
+        attempt = 0
+        while True:
+            delay = retry_delay_s(attempt)
+            attempt += 1
+            if loop.time() + delay >= deadline:
+                return f"not resumed within resume_window_s ({self._tracker.window_s:g} s)"
+            await asyncio.sleep(delay)
+            try:
+                async with asyncio.timeout(min(self.open_timeout_s, deadline - loop.time())):
+                    ws, created, answer = await self._resume_handshake()
+            except ResumeRefused as exc:
+                return str(exc)
+            except msgspec.DecodeError as exc:  # not the protocol's answer
+                return f"unexpected answer to session.resume: {exc}"
+            except (OSError, TimeoutError, WebSocketException):
+                continue  # the network or the server is not back yet
+            why = await self._take_back(ws, created, answer)
+            if why != "dropped":
+                return why
+
+    async def _take_back(
+        self, ws: ClientConnection, created: SessionCreated, answer: tuple[SessionResumed, Resumed]
+    ) -> str | None:
+        """On the resumed connection: hand on the messages sent again, send
+        the text the server lacks, then go on.  None when done; ``"dropped"``
+        when this connection dropped too (try again)."""
+        resumed, plan = answer
+        self.session = created
+        self.config = created.defaults
+        self._ws = ws
+        try:
+            for _ in range(plan.replayed_messages):
+                await self._handle(await ws.recv())
+            messages = self._tracker.resend(plan)
+            while messages:
+                for message in messages:
+                    await ws.send(msgspec.json.encode(message).decode())  # a text frame
+                # text given while these went out: after them, in order
+                messages = self._tracker.ledger.unsent()
+        except ConnectionClosed:
+            if self._tracker.can_resume(ws.close_code):
+                return "dropped"
+            return f"resumed connection closed ({ws.close_code})"
+        self.resumes += 1
+        self.last_resumed = resumed
+        self._set_state(State.OPEN, ws)
+        return None
+
+    def _ended(self, code: int | None, reason: str) -> None:
+        self._set_state(State.CLOSED)
+        for waiter in self._config_waiters:
+            if not waiter.done():
+                waiter.set_exception(ClientError(f"connection closed ({code})"))
+        self._config_waiters.clear()
+        self._disconnected = Disconnected(
+            code=code, reason=reason, failed=self._failed_now(), received_at=time.perf_counter()
+        )
+        # The caller may have stopped iterating: never block a closing reader.
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(self._disconnected)
 
     def _event(self, message: str | bytes) -> ServerMessage | None:
         try:
             event = server_decoder.decode(message)
         except msgspec.ValidationError:
+            self._tracker.event(None)  # counted all the same (session.resume)
             return None  # an unknown type from a newer server: ignore it
+        tag = type(event).__struct_config__.tag
+        self._tracker.event(
+            tag if isinstance(tag, str) else None,
+            getattr(event, "context_id", None),
+            context_number=event.context_number if isinstance(event, AudioStart) else None,
+            fatal=isinstance(event, Error) and event.fatal,
+        )
         match event:
             case AudioStart():
                 if self.config is not None and self.config.framing == "tagged":
@@ -527,9 +708,8 @@ class Client:
                     and self._raw_current.context_id == event.context_id
                 ):
                     self._raw_current = None
-            case SessionDone():
-                self._pending.pop(event.context_id, None)
             case SessionUpdated():
+                self._tracker.tagged = event.config.framing == "tagged"
                 if self._config_waiters:
                     self._config_waiters.pop(0).set_result(event)
             case Error(code="invalid_config" | "unknown_voice" | "unsupported_option"):
@@ -547,8 +727,10 @@ class Client:
             header, view = unpack_frame(message)
             payload = bytes(view)
             start = self._tagged.get(header.context)
+            self._tracker.binary(header.context)  # counted for session.resume
         else:
             start = self._raw_current
+            self._tracker.binary()
         if start is None:
             return None  # audio without an audio.start breaks the contract; drop it
         return AudioFrame(

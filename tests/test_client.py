@@ -240,7 +240,8 @@ async def test_aclose_stops_at_once_with_a_cancel(piper_server: RunningServer) -
 async def test_resume_after_a_drop_continues_the_audio(
     server_factory: Callable[..., RunningServer],
 ) -> None:
-    """The network drops mid-utterance; ``resume()`` takes the session back and
+    """The network drops mid-utterance; ``resume()`` (a client that does not
+    resume by itself) takes the session back and
     the frames continue: sequence numbers without a gap, samples as
     audio.done reports them, one session.done."""
     server = server_factory(resume_window_s=30)
@@ -252,7 +253,7 @@ async def test_resume_after_a_drop_continues_the_audio(
         flow_control="realtime",
         max_lead_ms=200,
     )
-    client = await Client.connect(server.ws_url, config)
+    client = await Client.connect(server.ws_url, config, auto_resume=False)
     async with client:
         await client.send_text(
             "The old lighthouse stood at the edge of the cliff for a hundred years. "

@@ -17,9 +17,13 @@ from typing import Any
 import pytest
 from voice_gateway_wire import errors as wire_errors
 from voice_gateway_wire import frames as wire_frames
+from voice_gateway_wire import resume as wire_resume
 
+from gateway import protocol
 from gateway.audio import framing
 from gateway.errors import ErrorCode
+from gateway.session.created import session_resumed
+from gateway.ws.endpoint import DROPPED
 from tests.helpers import ROOT
 
 WIRE = ROOT / "integrations" / "wire"
@@ -30,6 +34,31 @@ def test_the_wire_status_table_is_the_error_registrys() -> None:
     registry = {code.value: code.spec.http_status for code in ErrorCode}
     assert registry == wire_errors.ERROR_STATUS
     assert list(wire_errors.ERROR_STATUS) == list(registry)  # the same order, for readers
+
+
+def test_the_wire_resume_codes_are_the_gateways() -> None:
+    """What suspends a session on the server is what a client resumes, and
+    the refusals it stops at are the registry's resume errors."""
+    assert wire_resume.DROP_CLOSE_CODES == DROPPED
+    registry = {code.value for code in ErrorCode if code.value.startswith("resume_")}
+    assert registry == wire_resume.RESUME_REFUSALS
+
+
+def test_the_wire_resume_messages_are_the_protocols() -> None:
+    tracker = wire_resume.ResumeTracker()
+    tracker.created("token", 30.0)
+    tracker.event("audio.start", "a", context_number=3)
+    tracker.binary(3)
+    tracker.event("audio.done", "a")
+    message = protocol.client_decoder.decode(json.dumps(tracker.resume_message()))
+    assert message == protocol.SessionResume(
+        resume_token="token",
+        received=[protocol.ReceivedMessages(context_id="a", messages=1)],
+        events=2,
+    )
+    answer = session_resumed("s1", [("a", 7), (None, 0)], {"a": 1}, 4)
+    read = tracker.resumed(json.loads(protocol.encode_text(answer)))
+    assert read == wire_resume.Resumed({"a": 7, None: 0}, {"a": 1, None: 0}, 4)
 
 
 def test_the_gateway_frames_with_the_wire_packages_header() -> None:

@@ -27,6 +27,14 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.fixture(scope="session")
+def no_resume_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway that does not resume sessions (``resume_window_s`` 0)."""
+    yield from gateway_fixture(
+        ROOT, tmp_path_factory, "no-resume", engine="synthetic", resume_window_s=0
+    )
+
+
+@pytest.fixture(scope="session")
 def quick_idle_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A gateway that closes a session after 1.5 s without activity."""
     yield from gateway_fixture(

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from livekit.agents import APIConnectionError, APIConnectOptions, tts
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
-from voice_gateway_wire.testing import Gateway, free_port
+from voice_gateway_wire.testing import DroppingProxy, Gateway, free_port
 
 from voice_gateway_livekit import TTS
 
@@ -19,6 +19,9 @@ LONG_TEXT = " ".join(
     f"This is sentence number {n} of a long answer that the user will interrupt."
     for n in range(1, 9)
 )
+#: an answer in two halves, the second pushed while the socket is down
+ANSWER = " ".join(f"This is sentence number {n} of the answer." for n in range(1, 5))
+FIRST_HALF, SECOND_HALF = ANSWER[: len(ANSWER) // 2], ANSWER[len(ANSWER) // 2 :]
 HANG_GUARD_S = 90
 NO_RETRY = APIConnectOptions(max_retry=0, timeout=10)
 
@@ -161,3 +164,78 @@ async def test_a_pooled_socket_closed_by_the_gateway_is_replaced(
         assert plugin.last_session_id != session
     finally:
         await plugin.aclose()
+
+
+def _words(events: list[tts.SynthesizedAudio]) -> list[str]:
+    return "".join(
+        w for e in events for w in e.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])
+    ).split()
+
+
+async def _turn_with_a_drop(plugin: TTS, proxy: DroppingProxy) -> list[tts.SynthesizedAudio]:
+    """One streamed turn whose socket drops after its first audio; the rest
+    of its text is pushed while the socket is down."""
+    stream = plugin.stream(conn_options=NO_RETRY)
+    try:
+        stream.push_text(FIRST_HALF)
+        events = [await stream.__anext__()]  # audio is playing
+        proxy.drop_all()
+        stream.push_text(SECOND_HALF)
+        stream.flush()
+        stream.end_input()
+        events += [e async for e in stream]
+    finally:
+        await stream.aclose()
+    return events
+
+
+async def test_a_drop_mid_turn_is_resumed_and_the_turn_goes_on(
+    gateway: Gateway, http: aiohttp.ClientSession
+) -> None:
+    """The gateway resumes (its default ``resume_window_s``): the turn takes
+    the same session back on a new socket, its audio is the whole answer
+    with no frame repeated or skipped (as long as the same answer spoken
+    without a drop), its words arrive once, and the text was sent once."""
+    proxy = DroppingProxy(gateway.port)
+    await proxy.start()
+    plugin = TTS(url=proxy.ws_url, sample_rate=RATE, http_session=http)
+    utterances = gateway.metric("gateway_utterances_total")
+    try:
+        async with asyncio.timeout(HANG_GUARD_S):
+            events = await _turn_with_a_drop(plugin, proxy)
+            # the same answer without a drop, sent ahead of real time
+            unpaced = _plugin(gateway, http, max_lead_ms=30000)
+            reference = unpaced.stream(conn_options=NO_RETRY)
+            reference.push_text(ANSWER)
+            reference.end_input()
+            whole = [e async for e in reference]
+            await reference.aclose()
+            await unpaced.aclose()
+        assert plugin.resumes == 1 and proxy.accepted == 2
+        assert events[-1].is_final and len({e.segment_id for e in events}) == 1
+        assert _words(events) == ANSWER.split() == _words(whole)
+        duration = sum(e.frame.duration for e in events)
+        assert duration == pytest.approx(sum(e.frame.duration for e in whole), abs=0.001)
+        assert gateway.metric("gateway_utterances_total") == utterances + 2
+    finally:
+        await plugin.aclose()
+        await proxy.aclose()
+
+
+async def test_a_drop_fails_the_turn_when_the_gateway_does_not_resume(
+    no_resume_gateway: Gateway, http: aiohttp.ClientSession
+) -> None:
+    """``resume_window_s`` 0 (no resume token): the turn fails with
+    ``APIConnectionError`` (LiveKit's retries and FallbackAdapter apply), as
+    before protocol 2.1.0."""
+    proxy = DroppingProxy(no_resume_gateway.port)
+    await proxy.start()
+    plugin = TTS(url=proxy.ws_url, sample_rate=RATE, http_session=http)
+    try:
+        async with asyncio.timeout(HANG_GUARD_S):
+            with pytest.raises(APIConnectionError):
+                await _turn_with_a_drop(plugin, proxy)
+        assert plugin.resumes == 0 and proxy.accepted == 1
+    finally:
+        await plugin.aclose()
+        await proxy.aclose()

@@ -33,7 +33,7 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.transcriptions.language import Language
 from pipecat.workers.runner import WorkerRunner
-from voice_gateway_wire.testing import Gateway
+from voice_gateway_wire.testing import DroppingProxy, Gateway
 
 from voice_gateway_pipecat import GatewayTTSService, GatewayTTSSettings
 
@@ -254,9 +254,12 @@ async def test_gateway_down_is_reported_as_a_pipecat_error(gateway: Gateway) -> 
         assert "voice gateway connection failed" in h.up.of(ErrorFrame)[0].error
 
 
-async def test_dropped_connection_reconnects_and_never_resends(gateway: Gateway) -> None:
-    from tests.proxy import DroppingProxy
-
+async def test_dropped_connection_reconnects_and_never_resends(
+    no_resume_gateway: Gateway,
+) -> None:
+    """A gateway that does not resume: the drop ends the session, the text
+    in flight is reported, a new session starts."""
+    gateway = no_resume_gateway
     proxy = DroppingProxy(gateway.port)
     await proxy.start()
 
@@ -295,4 +298,49 @@ async def test_dropped_connection_reconnects_and_never_resends(gateway: Gateway)
     finally:
         await proxy.aclose()
     # two utterances reached the gateway: the dropped text was never re-sent
+    assert gateway.metric("gateway_utterances_total") == utterances + 2
+
+
+async def test_a_drop_mid_reply_is_resumed_and_the_reply_goes_on(gateway: Gateway) -> None:
+    """The gateway resumes (its default ``resume_window_s``): Pipecat's
+    reconnect takes the same session back, the reply's audio continues
+    without a gap or a repeat (what the pipeline got is what session.done
+    reports), its words reach the context once, nothing is reported lost,
+    and text given during the drop is spoken after it."""
+    proxy = DroppingProxy(gateway.port)
+    await proxy.start()
+
+    class ViaProxy:
+        ws_url = f"ws://127.0.0.1:{proxy.port}/v1/audio/speech/stream"
+
+    utterances = gateway.metric("gateway_utterances_total")
+    try:
+        async with pipeline(
+            ViaProxy(),  # type: ignore[arg-type]
+            reconnect_backoff_min_wait=0.1,
+            reconnect_backoff_max_wait=0.5,
+        ) as h:
+            session_id = h.tts.server_info["session_id"]
+            await h.send(TTSSpeakFrame(LONG_TEXT))
+            await h.down.wait_for(lambda: len(h.down.of(TTSAudioRawFrame)) >= 5)
+            first = _context_of_first_audio(h.down)
+            proxy.drop_all()
+            await h.send(TTSSpeakFrame("After the drop."))
+            await h.down.wait_for(lambda: len(h.down.of(TTSStoppedFrame)) == 2)
+            assert h.tts.resumes == 1
+            assert h.tts.server_info["session_id"] == session_id
+            second = next(f.context_id for f in h.down.of(TTSStoppedFrame) if f.context_id != first)
+            for context_id in (first, second):
+                (done,) = h.tts.of("session.done", context_id)
+                assert not done["cancelled"]
+                audio = h.down.of(TTSAudioRawFrame, context_id)
+                delivered_ms = sum(len(f.audio) for f in audio) / 2 / PIPELINE_RATE * 1000
+                assert delivered_ms == pytest.approx(done["metrics"]["audio_ms"], abs=1.0)
+            # the words that reached the context: each once, in order
+            words = "".join(f.text.strip() for f in h.down.of(TTSTextFrame))
+            assert words == (LONG_TEXT + "After the drop.").replace(" ", "")
+            assert not [e for e in h.up.of(ErrorFrame) if "not spoken" in e.error]
+    finally:
+        await proxy.aclose()
+    # each text reached the gateway once
     assert gateway.metric("gateway_utterances_total") == utterances + 2

@@ -16,6 +16,15 @@ Every session is configured for PCM s16le at the TTS's ``sample_rate``,
 timings, which become ``TimedString`` transcripts.  Failures are LiveKit's
 ``APIConnectionError`` / ``APIStatusError`` / ``APITimeoutError``, so its
 retries and ``FallbackAdapter`` apply.
+
+Resume (protocol 2.1.0, ``resume=True`` by default): when a turn's socket
+drops (no close frame, or a proxy's 1012-1014), the turn reconnects at once
+and takes the same gateway session back with ``session.resume`` within the
+gateway's ``resume_window_s`` (tries bounded by it): the audio continues
+where it stopped, tokens pushed meanwhile are held and sent after it (only
+what the gateway lacks).  The bookkeeping is ``voice_gateway_wire.resume``,
+shared with the gateway's Python client and the Pipecat plugin.  Refused or
+past the window, the turn fails with ``APIConnectionError`` as before.
 """
 
 from __future__ import annotations
@@ -23,7 +32,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -40,6 +51,7 @@ from livekit.agents import (
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, TimedString
 from voice_gateway_wire.errors import error_status
 from voice_gateway_wire.frames import unpack_frame
+from voice_gateway_wire.resume import WINDOW_MARGIN_S, ResumeTracker, retry_delay_s
 from voice_gateway_wire.session import (
     ProtocolMismatch,
     check_protocol_version,
@@ -72,12 +84,43 @@ class _Options:
 
 
 class GatewayConnection:
-    """One pooled WebSocket and what its ``session.created`` said."""
+    """One pooled gateway session: its WebSocket (a new one after a resume),
+    what its ``session.created`` said, and its resume bookkeeping."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, created: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        ws: aiohttp.ClientWebSocketResponse,
+        created: dict[str, Any],
+        tracker: ResumeTracker | None = None,
+    ) -> None:
         self.ws = ws
         self.created = created
         self.session_id = str(created.get("session_id", ""))
+        self.tracker = tracker or ResumeTracker()
+        #: when the socket dropped while the session may be resumed
+        #: (monotonic); None while connected
+        self.dropped_at: float | None = None
+
+    def send_failed(self) -> bool:
+        """A send failed: True when the session may be resumed (the socket
+        dropped), so what was sent is held for the resume."""
+        return self.dropped(self.ws.close_code)
+
+    def dropped(self, close_code: int | None) -> bool:
+        """The socket closed with ``close_code``: True when the session may
+        be resumed (the window opens at the first call)."""
+        if self.dropped_at is None and self.tracker.can_resume(close_code):
+            self.dropped_at = time.monotonic()
+        return self.resuming
+
+    @property
+    def resuming(self) -> bool:
+        return self.dropped_at is not None
+
+    @property
+    def deadline(self) -> float:
+        assert self.dropped_at is not None
+        return self.dropped_at + self.tracker.window_s - WINDOW_MARGIN_S
 
 
 class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
@@ -94,6 +137,7 @@ class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
         aligned_transcript: bool = True,
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
         http_session: aiohttp.ClientSession | None = None,
+        resume: bool = True,
     ) -> None:
         """Create the plugin.
 
@@ -110,6 +154,9 @@ class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
                 an engine that declares none (``session.created``).
             heartbeat_s: WebSocket ping interval of pooled sockets.
             http_session: aiohttp session; default the job context's.
+            resume: Take the gateway session back when a turn's socket
+                drops (``session.resume``, within the gateway's
+                ``resume_window_s``) instead of failing the turn.
         """
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=aligned_transcript),
@@ -119,6 +166,9 @@ class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
         self._opts = _Options(url, api_key, sample_rate, voice, speed, language, max_lead_ms)
         self._heartbeat_s = heartbeat_s
         self._session = http_session
+        self._resume = resume
+        #: sessions taken back after a dropped socket
+        self.resumes = 0
         self._pool = utils.ConnectionPool[GatewayConnection](
             connect_cb=self._connect_ws,
             close_cb=self._close_ws,
@@ -141,18 +191,21 @@ class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
             self._session = utils.http_context.http_session()
         return self._session
 
+    async def _open_ws(self) -> aiohttp.ClientWebSocketResponse:
+        headers = {"Authorization": f"Bearer {self._opts.api_key}"} if self._opts.api_key else {}
+        return await self._ensure_session().ws_connect(
+            self._opts.url,
+            headers=headers,
+            heartbeat=self._heartbeat_s,
+            max_msg_size=0,
+            compress=0,
+        )
+
     # the signature is ConnectionPool's connect_cb: it passes the timeout
     async def _connect_ws(self, timeout: float) -> GatewayConnection:  # noqa: ASYNC109
-        headers = {"Authorization": f"Bearer {self._opts.api_key}"} if self._opts.api_key else {}
         try:
             async with asyncio.timeout(timeout):
-                ws = await self._ensure_session().ws_connect(
-                    self._opts.url,
-                    headers=headers,
-                    heartbeat=self._heartbeat_s,
-                    max_msg_size=0,
-                    compress=0,
-                )
+                ws = await self._open_ws()
                 try:
                     return await self._handshake(ws)
                 except BaseException:
@@ -185,12 +238,84 @@ class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
             timestamps=self.capabilities.aligned_transcript,
             max_lead_ms=self._opts.max_lead_ms,
         )
+        tracker = ResumeTracker()
+        if self._resume:
+            tracker.created_message(created)
         await ws.send_str(json.dumps(config))
         while True:
             reply = await _receive_json(ws)
+            tracker.event_message(reply)  # counted for session.resume
             _raise_if_error(reply)
             if reply.get("type") == "session.updated":
-                return GatewayConnection(ws, created)
+                return GatewayConnection(ws, created, tracker)
+
+    async def _resume_session(
+        self, conn: GatewayConnection, handle: Callable[[aiohttp.WSMessage], None]
+    ) -> None:
+        """Take ``conn``'s session back on a new socket: at once, then again
+        with a growing wait until the window ends.  The messages sent again
+        go to ``handle``, then the text the gateway lacks goes out.
+        ``APIConnectionError`` when refused or out of time (the turn fails,
+        as it did before resume)."""
+        tracker = conn.tracker
+        attempt = 0
+        while True:
+            delay = retry_delay_s(attempt)
+            attempt += 1
+            if time.monotonic() + delay >= conn.deadline:
+                raise APIConnectionError(
+                    "voice gateway connection lost and not resumed within resume_window_s"
+                    f" ({tracker.window_s:g} s)"
+                )
+            await asyncio.sleep(delay)
+            try:
+                async with asyncio.timeout(max(0.1, conn.deadline - time.monotonic())):
+                    ws = await self._open_ws()
+            except (aiohttp.ClientError, OSError, TimeoutError) as e:
+                logger.debug("resume: gateway not reachable yet: %r", e)
+                continue
+            try:
+                own = await _receive_json(ws)  # the new connection's own session
+                if own.get("type") == "error":
+                    raise APIConnectionError(f"voice gateway busy: {own.get('code')}")
+                await ws.send_str(json.dumps(tracker.resume_message()))
+                created = await _receive_json(ws)
+                if created.get("type") == "error":
+                    code = created.get("code")
+                    raise APIStatusError(
+                        f"voice gateway connection lost; resume refused: {code}:"
+                        f" {created.get('message')}",
+                        status_code=error_status(code),
+                        body=created,
+                    )
+                tracker.created_message(created)
+                answer = tracker.resumed(await _receive_json(ws))
+                for _ in range(answer.replayed_messages):
+                    message = await ws.receive()
+                    if message.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                        raise APIConnectionError("voice gateway closed during the resume")
+                    handle(message)
+                messages = tracker.resend(answer)
+                while messages:
+                    for message_out in messages:
+                        await ws.send_str(json.dumps(message_out))
+                    messages = tracker.ledger.unsent()  # pushed meanwhile
+            except APIStatusError:
+                await ws.close()
+                raise
+            except (APIConnectionError, aiohttp.ClientError, ConnectionError) as e:
+                await ws.close()
+                logger.debug("resume: try %d failed: %r", attempt, e)
+                continue
+            except BaseException:
+                await ws.close()
+                raise
+            conn.ws = ws
+            conn.created = created
+            conn.dropped_at = None
+            self.resumes += 1
+            logger.info("gateway session %s resumed", conn.session_id)
+            return
 
     async def _close_ws(self, conn: GatewayConnection) -> None:
         await conn.ws.close()
@@ -249,12 +374,14 @@ class _Context:
 
     def __init__(
         self,
+        tts_: TTS,
         conn: GatewayConnection,
         emitter: tts.AudioEmitter,
         timeout: float,
         *,
         segments: bool,
     ) -> None:
+        self.tts = tts_
         self.conn = conn
         self.id = utils.shortuuid()
         self.emitter = emitter
@@ -265,63 +392,88 @@ class _Context:
         self.done = False
 
     async def send(self, message: dict[str, Any]) -> None:
+        """``input.text`` / ``input.done`` of this context; held while the
+        session is being resumed (sent after it, as far as the gateway lacks
+        it)."""
         message["context_id"] = self.id
-        try:
-            await self.conn.ws.send_str(json.dumps(message))
-        except (aiohttp.ClientError, ConnectionError) as e:
-            raise APIConnectionError(f"voice gateway send failed: {type(e).__name__}") from None
+        sent = False
+        if not self.conn.resuming:
+            try:
+                await self.conn.ws.send_str(json.dumps(message))
+                sent = True
+            except (aiohttp.ClientError, ConnectionError) as e:
+                if not (self.tts._resume and self.conn.send_failed()):
+                    raise APIConnectionError(
+                        f"voice gateway send failed: {type(e).__name__}"
+                    ) from None
+        if message["type"] == "input.text":
+            self.conn.tracker.text(self.id, message["text"], sent=sent)
+        elif message["type"] == "input.done":
+            self.conn.tracker.done(self.id, sent=sent)
 
     async def receive_until_done(self) -> None:
         await self.started.wait()
-        if self.done:
-            return
-        ws = self.conn.ws
-        while True:
+        while not self.done:
+            ws = self.conn.ws
             try:
                 msg = await ws.receive(timeout=self.timeout)
             except TimeoutError:
                 raise APITimeoutError("voice gateway sent nothing in time") from None
-            if msg.type == aiohttp.WSMsgType.BINARY:
-                header, payload = unpack_frame(msg.data)
-                ours = header.context == self.number
-                if ours and payload and not header.is_wav_header:
-                    self.emitter.push(bytes(payload))
+            if msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
+                self.handle(msg)
                 continue
-            if msg.type != aiohttp.WSMsgType.TEXT:
+            if not (self.tts._resume and self.conn.dropped(ws.close_code)):
                 raise APIConnectionError(
                     f"voice gateway connection closed ({ws.close_code or msg.type.name})"
                 )
-            event = json.loads(msg.data)
-            if event.get("type") == "error" and (
-                event.get("fatal") or event.get("context_id") == self.id
-            ):
-                _raise_if_error(event)
-            if event.get("context_id") != self.id:
-                continue  # another (cancelled) context's leftovers on a pooled socket
-            kind = event.get("type")
-            if kind == "audio.start":
-                if self.number is None and self.segments:
-                    self.emitter.start_segment(segment_id=self.id)
-                self.number = int(event["context_number"])
-            elif kind == "alignment":
-                self.emitter.push_timed_transcript(
-                    [
-                        TimedString(
-                            text=word["word"] + " ",
-                            start_time=float(word["start_ms"]) / 1000.0,
-                            end_time=float(word["end_ms"]) / 1000.0,
-                        )
-                        for word in event["words"]
-                    ]
-                )
-            elif kind == "session.done":
-                self.done = True
-                return
+            logger.warning("voice gateway connection dropped; resuming its session")
+            await self.tts._resume_session(self.conn, self.handle)
+
+    def handle(self, msg: aiohttp.WSMessage) -> None:
+        """One message of the socket: this context's audio and events are
+        used, every message is counted (``session.resume``)."""
+        tracker = self.conn.tracker
+        if msg.type == aiohttp.WSMsgType.BINARY:
+            header, payload = unpack_frame(msg.data)
+            tracker.binary(header.context)
+            ours = header.context == self.number
+            if ours and payload and not header.is_wav_header and not self.done:
+                self.emitter.push(bytes(payload))
+            return
+        event = json.loads(msg.data)
+        tracker.event_message(event)
+        if event.get("type") == "error" and (
+            event.get("fatal") or event.get("context_id") == self.id
+        ):
+            _raise_if_error(event)
+        if event.get("context_id") != self.id or self.done:
+            return  # another (cancelled) context's leftovers on a pooled socket
+        kind = event.get("type")
+        if kind == "audio.start":
+            if self.number is None and self.segments:
+                self.emitter.start_segment(segment_id=self.id)
+            self.number = int(event["context_number"])
+        elif kind == "alignment":
+            self.emitter.push_timed_transcript(
+                [
+                    TimedString(
+                        text=word["word"] + " ",
+                        start_time=float(word["start_ms"]) / 1000.0,
+                        end_time=float(word["end_ms"]) / 1000.0,
+                    )
+                    for word in event["words"]
+                ]
+            )
+        elif kind == "session.done":
+            self.done = True
 
     async def cancel(self) -> bool:
         """Send ``cancel`` for the context; True when the socket can be reused."""
         if self.done or not self.started.is_set():
             return not self.conn.ws.closed
+        self.conn.tracker.cancel(self.id)
+        if self.conn.resuming:
+            return False  # the resume was given up with the turn
         try:
             async with asyncio.timeout(CANCEL_SEND_TIMEOUT_S):
                 await self.conn.ws.send_str(json.dumps({"type": "cancel", "context_id": self.id}))
@@ -344,7 +496,7 @@ async def _speak(
     ``cancel``), never after an error."""
     conn = await tts_._acquire(conn_options.timeout)
     tts_.last_session_id = conn.session_id
-    context = _Context(conn, emitter, conn_options.timeout, segments=segments)
+    context = _Context(tts_, conn, emitter, conn_options.timeout, segments=segments)
     reusable = False
     try:
         sender = asyncio.create_task(feed(context))

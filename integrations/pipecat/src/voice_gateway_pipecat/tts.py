@@ -12,12 +12,23 @@ Audio arrives as ``framing: "tagged"`` binary messages: each carries the
 context number that ``audio.start`` announced, so contexts may interleave.
 The session asks for the pipeline's output sample rate, PCM s16le, 20 ms
 frames and ``flow_control: "realtime"``.
+
+Resume (protocol 2.1.0, ``resume=True`` by default): when the connection
+drops (no close frame, or a proxy's 1012-1014), Pipecat's reconnect takes
+the same gateway session back with ``session.resume`` within the gateway's
+``resume_window_s``: the audio continues where it stopped, text given
+meanwhile is held and sent after it (only what the gateway lacks), and
+nothing is reported lost.  The bookkeeping is ``voice_gateway_wire.resume``,
+shared with the gateway's Python client and the LiveKit plugin.  Refused or
+past the window, a new session starts and the text in flight is reported
+as not spoken, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -30,6 +41,7 @@ from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSServic
 from pipecat.transcriptions.language import Language
 from pipecat.utils.types import NOT_GIVEN, NotGiven, is_given
 from voice_gateway_wire.frames import unpack_frame
+from voice_gateway_wire.resume import WINDOW_MARGIN_S, ResumeTracker
 from voice_gateway_wire.session import (
     ProtocolMismatch,
     check_protocol_version,
@@ -38,11 +50,16 @@ from voice_gateway_wire.session import (
     resolve_language,
     session_config,
 )
+from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 DEFAULT_URL = "ws://127.0.0.1:8000/v1/audio/speech/stream"
 #: the longest wait for ``session.created`` / ``session.updated`` at connect
 HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class ResumeRefused(ConnectionError):
+    """The gateway would not give the session back: start a new one."""
 
 
 @dataclass
@@ -82,6 +99,7 @@ class GatewayTTSService(WebsocketTTSService):
         max_lead_ms: int | None = None,
         keepalive_interval_s: float | None = None,
         text_aggregation_mode: TextAggregationMode | None = None,
+        resume: bool = True,
         **kwargs: Any,
     ) -> None:
         """Create the service.
@@ -102,6 +120,9 @@ class GatewayTTSService(WebsocketTTSService):
                 ``idle_timeout_s``.
             text_aggregation_mode: Pipecat's text aggregation; ``TOKEN``
                 streams LLM tokens to the gateway's own segmenter.
+            resume: Take the gateway session back after a dropped
+                connection (``session.resume``, within the gateway's
+                ``resume_window_s``) instead of starting a new one.
             **kwargs: Passed to ``WebsocketTTSService``.
         """
         default_settings = GatewayTTSSettings(model=None, voice=None, language=None, speed=None)
@@ -128,9 +149,18 @@ class GatewayTTSService(WebsocketTTSService):
         self._word_timings = True
         #: tagged context number -> Pipecat context id (from ``audio.start``)
         self._numbers: dict[int, str] = {}
-        #: text sent per context whose utterance has not ended (reported as
-        #: not spoken when the connection drops: it is never re-sent)
-        self._in_flight: dict[str, str] = {}
+        self._resume = resume
+        #: what resume needs: the token, what was received, the text of
+        #: utterances not ended (reported as not spoken when the session is
+        #: lost, never sent again on a new one)
+        self._tracker = ResumeTracker()
+        #: when the connection dropped and may be resumed (monotonic); None
+        #: while connected or when it may not
+        self._dropped_at: float | None = None
+        #: contexts interrupted while disconnected: cancelled after the resume
+        self._cancel_after_resume: set[str] = set()
+        #: resumes that took the session back
+        self.resumes = 0
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -201,12 +231,15 @@ class GatewayTTSService(WebsocketTTSService):
                 raise ConnectionError(f"{created.get('code')}: {created.get('message')}")
             check_protocol_version(created)
             self.server_info = created
+            self._tracker.new_session()
+            self._tracker.created_message(created)
             self._word_timings = engine_gives_word_timings(created)
             # without word timings the base class pushes each sentence's text
             self._push_text_frames = not self._word_timings
             await websocket.send(json.dumps(self._session_config()))
             while True:
                 reply = json.loads(await websocket.recv())
+                self._tracker.event_message(reply)  # counted for session.resume
                 if reply.get("type") == "session.updated":
                     self.effective_config = reply.get("config", {})
                     break
@@ -234,6 +267,7 @@ class GatewayTTSService(WebsocketTTSService):
         )
 
     async def _disconnect_websocket(self) -> None:
+        self._dropped_at = None  # a new session follows, if any: nothing to resume
         try:
             await self.stop_all_metrics()
             if self._websocket is not None:
@@ -246,15 +280,85 @@ class GatewayTTSService(WebsocketTTSService):
             await self._call_event_handler("on_disconnected")
 
     def _report_lost_text(self) -> None:
-        """Text sent on a connection that is gone was not (fully) spoken; it
-        is reported, never re-sent on the next connection."""
-        if self._in_flight:
-            lost = " ".join(text.strip() for text in self._in_flight.values())
-            self._in_flight.clear()
+        """Text sent on a session that is gone was not (fully) spoken; it is
+        reported, never re-sent on the next session."""
+        unfinished = self._tracker.unfinished()
+        self._tracker.ledger.clear()
+        self._cancel_after_resume.clear()
+        if unfinished:
+            lost = " ".join(text.strip() for text in unfinished.values())
             logger.warning(f"{self}: connection lost; not spoken: {lost!r}")
             self.create_task(
                 self.push_error(error_msg=f"voice gateway connection lost; not spoken: {lost!r}")
             )
+
+    # ------------------------------------------------------------------
+    # resume (protocol 2.1.0)
+    # ------------------------------------------------------------------
+    def _resumable(self) -> bool:
+        """The connection dropped and the session may still be taken back."""
+        return (
+            self._dropped_at is not None
+            and not self._disconnecting
+            and time.monotonic() < self._dropped_at + self._tracker.window_s - WINDOW_MARGIN_S
+        )
+
+    async def _reconnect_websocket(self, attempt_number: int) -> bool:
+        """Pipecat's reconnect: within the window, the same session
+        (``session.resume``); a refusal or the window passing starts a new
+        one as before.  A connection error is raised, so Pipecat tries again
+        (with its backoff) while the window lasts."""
+        if not self._resumable():
+            return await super()._reconnect_websocket(attempt_number)
+        logger.warning(f"{self}: connection dropped; resuming (attempt {attempt_number})")
+        old, self._websocket = self._websocket, None
+        if old is not None:
+            await old.close()
+        try:
+            await self._resume_websocket()
+        except ResumeRefused as e:
+            logger.warning(f"{self}: {e}; starting a new session")
+            self._dropped_at = None
+            return await super()._reconnect_websocket(attempt_number)
+        return True
+
+    async def _resume_websocket(self) -> None:
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        websocket = await self._websocket_connect(
+            self._url, additional_headers=headers, compression=None, max_size=None
+        )
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                own = json.loads(await websocket.recv())  # the new connection's own session
+                if own.get("type") == "error":
+                    raise ConnectionError(f"{own.get('code')}: {own.get('message')}")
+                await websocket.send(json.dumps(self._tracker.resume_message()))
+                created = json.loads(await websocket.recv())
+                if created.get("type") != "session.created":
+                    raise ResumeRefused(
+                        f"resume refused: {created.get('code')}: {created.get('message')}"
+                    )
+                self._tracker.created_message(created)
+                answer = self._tracker.resumed(json.loads(await websocket.recv()))
+            # what the gateway sends again, then what it lacks of the text
+            for _ in range(answer.replayed_messages):
+                await self._handle_message(await websocket.recv())
+            messages = self._tracker.resend(answer)
+            while messages:
+                for message in messages:
+                    await websocket.send(json.dumps(message))
+                messages = self._tracker.ledger.unsent()  # given meanwhile
+            for context_id in sorted(self._cancel_after_resume):
+                await websocket.send(json.dumps({"type": "cancel", "context_id": context_id}))
+        except BaseException:
+            await websocket.close()
+            raise
+        self.server_info = created
+        self._cancel_after_resume.clear()
+        self._dropped_at = None
+        self._websocket = websocket
+        self.resumes += 1
+        logger.info(f"{self}: gateway session {created.get('session_id')} resumed")
 
     async def _send_keepalive(self) -> None:
         # the protocol's own ping: end to end, even through proxies that
@@ -275,10 +379,10 @@ class GatewayTTSService(WebsocketTTSService):
         if not self._is_streaming_tokens and text and not text[-1].isspace():
             text += " "  # sentences arrive trimmed; the gateway joins increments as they are
         try:
-            if self._websocket is None or self._websocket.state is not State.OPEN:
-                await self._connect()
-            await self._send({"type": "input.text", "text": text, "context_id": context_id})
-            self._in_flight[context_id] = self._in_flight.get(context_id, "") + text
+            sent = await self._send_input(
+                {"type": "input.text", "text": text, "context_id": context_id}
+            )
+            self._tracker.text(context_id, text, sent=sent)
             await self.start_tts_usage_metrics(text)
         except Exception as e:
             yield ErrorFrame(error=f"voice gateway send failed: {e}")
@@ -286,22 +390,42 @@ class GatewayTTSService(WebsocketTTSService):
             return
         yield None
 
+    async def _send_input(self, message: dict[str, Any]) -> bool:
+        """Send ``input.text`` / ``input.done``; False when it is held for a
+        resume (the connection dropped and the session may be taken back:
+        it goes out after the resume, as much as the gateway lacks)."""
+        if self._resumable():
+            return False
+        if self._websocket is None or self._websocket.state is not State.OPEN:
+            await self._connect()
+        try:
+            await self._send(message)
+        except ConnectionClosed as e:
+            self._note_close(e.rcvd.code if e.rcvd is not None else None)
+            if self._resumable():
+                return False
+            raise
+        return True
+
     async def flush_audio(self, context_id: str | None = None) -> None:
         """End the gateway utterance of the context: it speaks what is
         buffered and answers ``session.done``."""
         flush_id = context_id or self.get_active_audio_context_id()
-        if not flush_id or self._websocket is None:
+        if not flush_id or (self._websocket is None and not self._resumable()):
             return
         try:
-            await self._send({"type": "input.done", "context_id": flush_id})
+            sent = await self._send_input({"type": "input.done", "context_id": flush_id})
+            self._tracker.done(flush_id, sent=sent)
         except Exception as e:
             await self.push_error(error_msg=f"voice gateway flush failed: {e}", exception=e)
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         """Barge-in: cancel the context on the gateway, keep the socket."""
         await self.stop_all_metrics()
-        self._in_flight.pop(context_id, None)
-        if context_id and self._websocket is not None and self._websocket.state is State.OPEN:
+        self._tracker.cancel(context_id)  # never sent again on a resume
+        if context_id and self._resumable():
+            self._cancel_after_resume.add(context_id)
+        elif context_id and self._websocket is not None and self._websocket.state is State.OPEN:
             try:
                 await self._send({"type": "cancel", "context_id": context_id})
             except Exception as e:
@@ -338,16 +462,39 @@ class GatewayTTSService(WebsocketTTSService):
     # receiving
     # ------------------------------------------------------------------
     async def _receive_messages(self) -> None:
-        if self._websocket is None:
+        websocket = self._websocket
+        if websocket is None:
             raise ConnectionError("not connected to the voice gateway")
-        async for message in self._websocket:
-            if isinstance(message, bytes):
-                await self._handle_audio(message)
-            else:
-                await self._handle_event(json.loads(message))
+        try:
+            async for message in websocket:
+                await self._handle_message(message)
+        finally:
+            closed, code = websocket.state is State.CLOSED, websocket.close_code
+            if closed and self._websocket is websocket:
+                self._note_close(code)
+
+    def _note_close(self, code: int | None) -> None:
+        """The connection closed with ``code``: a drop of a session that can
+        be resumed opens the window (Pipecat's reconnect then resumes)."""
+        if (
+            self._dropped_at is None
+            and self._resume
+            and self._reconnect_on_error  # nothing would reconnect otherwise
+            and self._tracker.can_resume(code)
+        ):
+            self._dropped_at = time.monotonic()
+
+    async def _handle_message(self, message: str | bytes) -> None:
+        if isinstance(message, bytes):
+            await self._handle_audio(message)
+        else:
+            event = json.loads(message)
+            self._tracker.event_message(event)  # counted for session.resume
+            await self._handle_event(event)
 
     async def _handle_audio(self, data: bytes) -> None:
         header, payload = unpack_frame(data)
+        self._tracker.binary(header.context)  # counted for session.resume
         context_id = self._numbers.get(header.context)
         if context_id is None or header.is_wav_header or not payload:
             return
@@ -373,7 +520,6 @@ class GatewayTTSService(WebsocketTTSService):
                 words = [(w["word"], float(w["start_ms"]) / 1000.0) for w in event["words"]]
                 await self.add_word_timestamps(words, context_id)
         elif kind == "session.done" and isinstance(context_id, str):
-            self._in_flight.pop(context_id, None)
             if self.audio_context_available(context_id):
                 await self.stop_ttfb_metrics()
                 await self.append_to_audio_context(

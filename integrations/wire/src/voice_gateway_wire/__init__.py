@@ -8,7 +8,10 @@ plugins import the one implementation here, so none of them keeps a copy.
 - ``errors``: the error registry's HTTP statuses, code by code.
 - ``session``: what an agent plugin reads from ``session.created`` and the
   ``session.config`` it sends.
-- ``testing``: a real gateway process on loopback, for the plugins' tests.
+- ``resume``: a client's ``session.resume`` bookkeeping (what it received,
+  the message that resumes, the text to send again after ``session.resumed``).
+- ``testing``: a real gateway process on loopback and a proxy that drops
+  connections, for the plugins' tests.
 
 The reference is the gateway's ``docs/protocol.md`` and ``docs/audio.md``.
 """

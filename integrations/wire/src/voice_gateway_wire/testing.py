@@ -1,4 +1,5 @@
-"""Test support for the plugins: a real gateway process on loopback.
+"""Test support for the plugins: a real gateway process on loopback, and a
+TCP proxy that drops every connection at once (``DroppingProxy``).
 
 ``python -m gateway serve`` runs from a checkout of the gateway (``root``)
 with the gateway's own interpreter (``VOICE_GATEWAY_PYTHON``, default the
@@ -9,6 +10,8 @@ pipe could fill up).  Standard library only; both plugins' test suites use it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -108,16 +111,21 @@ def gateway_process(
     **settings: object,
 ) -> Iterator[Gateway]:
     """``python -m gateway serve`` with the ``gateway`` package imported from
-    ``root`` (a checkout, or an unpacked wheel), run by ``python`` (default
+    ``root`` (a checkout, or an unpacked wheel; a checkout's
+    ``integrations/wire`` too), run by ``python`` (default
     ``gateway_python(root)``) in ``cwd`` (default ``root``) on ``port`` (a
     free one by default), each other keyword a ``GATEWAY_*`` setting.  Output
     goes to a log file in ``data_dir`` (a pipe could fill up and block a
     chatty server).  Ready (``/readyz``) when yielded, stopped with SIGTERM
     (then SIGKILL) after."""
     port = port or free_port()
+    # a checkout's own wire package first: the gateway's interpreter may have
+    # another checkout's installed (an editable install shared by worktrees)
+    wire = root / "integrations" / "wire" / "src"
+    path = [str(root), *([str(wire)] if wire.is_dir() else [])]
     env = {
         **os.environ,
-        "PYTHONPATH": str(root),
+        "PYTHONPATH": os.pathsep.join(path),
         "GATEWAY_DATA_DIR": str(data_dir),
         **{f"GATEWAY_{name.upper()}": str(value) for name, value in settings.items()},
     }
@@ -145,3 +153,52 @@ def gateway_process(
         yield gateway
     finally:
         gateway.stop()
+
+
+class DroppingProxy:
+    """A loopback TCP proxy that can drop every connection at once (a
+    network fault between the agent and the gateway; the gateway itself
+    stays up, and new connections are let through at once)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        #: connections accepted so far
+        self.accepted = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def ws_url(self) -> str:
+        """The gateway's streaming endpoint through the proxy."""
+        return f"ws://127.0.0.1:{self.port}/v1/audio/speech/stream"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        self._writers |= {writer, up_writer}
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    def drop_all(self) -> None:
+        """Abort every proxied connection (both sides see a reset)."""
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def aclose(self) -> None:
+        self.drop_all()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
