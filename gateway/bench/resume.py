@@ -7,8 +7,9 @@ speaks the raw protocol with ``websockets`` (no ``gateway.client``), so what
 it measures is the server:
 
 * ``speak_with_drops``: one session, one reply sent as LLM tokens
-  (``gateway.bench.drivers.Pacing``); after the ``cut_after``-th message
-  received the link is cut; the client reconnects at once, sends
+  (``gateway.bench.drivers.Pacing``); the link is cut (by the client after
+  its ``cut_after``-th message, or by the link at a planned byte); the
+  client reconnects at once, sends
   ``session.resume`` with its per-context binary counts and its event count,
   re-sends the text the server does not hold (``session.resumed``'s
   ``text_chars``) while the "LLM" goes on producing, and reads on to
@@ -212,10 +213,11 @@ async def speak_with_drops(
     rng: random.Random,
     limit_s: float = 120.0,
 ) -> Run:
-    """One reply over ``url`` (a link proxy's), cut by ``cut()`` after each
-    count of ``cut_after`` (messages received since the first
-    ``session.created``, ``session.created``/``session.resumed`` of later
-    legs excluded), resumed each time."""
+    """One reply over ``url`` (a link proxy's), resumed each time the
+    connection is lost: by ``cut()``, called after each count of
+    ``cut_after`` (messages received since the first ``session.created``,
+    the ``session.created``/``session.resumed`` of later legs excluded), or
+    by the link itself (``LinkProxy.plan_cuts``; ``cut_after`` empty)."""
     run = Run(text, sorted(cut_after))
     llm = _Llm(text, pacing, rng)
     feed = _Feed()
@@ -315,7 +317,10 @@ async def _resume(url: str, run: Run, dropped: Leg) -> tuple[ClientConnection, L
 def _resend_from(leg: Leg, feed: _Feed, llm: _Llm) -> None:
     """Where the text goes on: the server holds ``text_chars`` of the open
     utterance; a context it does not list got none of the reply; a listed
-    one with none open had the whole reply and its ``input.done``."""
+    one with none open had the whole reply and its ``input.done``.  (That
+    last rule holds for one utterance per context, as here: with several,
+    ``text_chars`` 0 cannot tell "the last ``input.done`` arrived" from
+    "none of the next utterance's text arrived".)"""
     assert leg.resumed is not None
     held = {c["context_id"]: c["text_chars"] for c in leg.resumed["contexts"]}
     if None not in held:
