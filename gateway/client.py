@@ -54,7 +54,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 from voice_gateway_wire.frames import TaggedHeader, unpack_frame
@@ -62,6 +61,7 @@ from voice_gateway_wire.resume import (
     WINDOW_MARGIN_S,
     Resumed,
     ResumeTracker,
+    resume_url,
     retry_delay_s,
 )
 from websockets.asyncio.client import ClientConnection, connect
@@ -99,18 +99,6 @@ LOW_LATENCY = SessionConfig(response_format="pcm", stream_audio=True, frame_ms=2
 #: Items held between the socket and the caller.  50 items is about one second
 #: of 20 ms frames; websockets' own queue (``max_queue``) adds its few frames.
 DEFAULT_MAX_QUEUED = 50
-
-
-def resume_url(url: str, token: str) -> str:
-    """``url`` with ``resume=<the gateway id>`` (the token's prefix, protocol
-    2.2.0), for a proxy to route the resume to the gateway that issued the
-    token (docs/deployment.md); the token itself stays out of the URL."""
-    issuer, dot, _ = token.rpartition(".")
-    if not dot:
-        return url  # a 2.1.0 server's token names no gateway
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "resume"]
-    return urlunsplit(parts._replace(query=urlencode([*query, ("resume", issuer)])))
 
 
 class ClientError(Exception):
@@ -344,8 +332,7 @@ class Client:
         """A new connection and its ``session.resume``: the new
         ``session.created`` and ``session.resumed``.  ``ResumeRefused`` when
         refused; connection errors as they come (worth another try)."""
-        token = self._tracker.token
-        ws = await self._connect(None if token is None else resume_url(self.url, token))
+        ws = await self._connect(resume_url(self.url, self._tracker.token))
         try:
             first = server_decoder.decode(await ws.recv())  # the new connection's own session
             if isinstance(first, Error):

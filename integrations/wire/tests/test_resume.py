@@ -13,8 +13,28 @@ from voice_gateway_wire.resume import (
     ResumeTracker,
     TextLedger,
     is_drop,
+    resume_url,
     retry_delay_s,
 )
+
+
+@pytest.mark.parametrize(
+    ("url", "token", "expected"),
+    [
+        (
+            "ws://h:8000/v1/audio/speech/stream",
+            "gw-a.abcDEF_1",
+            "ws://h:8000/v1/audio/speech/stream?resume=gw-a",
+        ),
+        ("wss://h/s?x=1&resume=old", "gw-b.abc", "wss://h/s?x=1&resume=gw-b"),
+        ("ws://h/s", "nodot", "ws://h/s"),  # a 2.1.0 server's token names no gateway
+        ("ws://h/s", None, "ws://h/s"),
+    ],
+)
+def test_a_resume_url_names_the_tokens_gateway_never_the_token(
+    url: str, token: str | None, expected: str
+) -> None:
+    assert resume_url(url, token) == expected
 
 
 @pytest.mark.parametrize(

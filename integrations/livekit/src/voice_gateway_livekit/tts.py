@@ -51,7 +51,7 @@ from livekit.agents import (
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, TimedString
 from voice_gateway_wire.errors import error_status
 from voice_gateway_wire.frames import unpack_frame
-from voice_gateway_wire.resume import WINDOW_MARGIN_S, ResumeTracker, retry_delay_s
+from voice_gateway_wire.resume import WINDOW_MARGIN_S, ResumeTracker, resume_url, retry_delay_s
 from voice_gateway_wire.session import (
     ProtocolMismatch,
     check_protocol_version,
@@ -191,10 +191,12 @@ class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
             self._session = utils.http_context.http_session()
         return self._session
 
-    async def _open_ws(self) -> aiohttp.ClientWebSocketResponse:
+    async def _open_ws(self, resume_token: str | None = None) -> aiohttp.ClientWebSocketResponse:
+        """A new socket (``resume_token``: to resume, the URL names the
+        token's gateway for a proxy: ``?resume=<gateway id>``)."""
         headers = {"Authorization": f"Bearer {self._opts.api_key}"} if self._opts.api_key else {}
         return await self._ensure_session().ws_connect(
-            self._opts.url,
+            resume_url(self._opts.url, resume_token),
             headers=headers,
             heartbeat=self._heartbeat_s,
             max_msg_size=0,
@@ -270,7 +272,7 @@ class TTS(tts.TTS[Literal["metrics_collected", "error"]]):
             await asyncio.sleep(delay)
             try:
                 async with asyncio.timeout(max(0.1, conn.deadline - time.monotonic())):
-                    ws = await self._open_ws()
+                    ws = await self._open_ws(tracker.token)
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
                 logger.debug("resume: gateway not reachable yet: %r", e)
                 continue

@@ -41,7 +41,7 @@ from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSServic
 from pipecat.transcriptions.language import Language
 from pipecat.utils.types import NOT_GIVEN, NotGiven, is_given
 from voice_gateway_wire.frames import unpack_frame
-from voice_gateway_wire.resume import WINDOW_MARGIN_S, ResumeTracker
+from voice_gateway_wire.resume import WINDOW_MARGIN_S, ResumeTracker, resume_url
 from voice_gateway_wire.session import (
     ProtocolMismatch,
     check_protocol_version,
@@ -325,7 +325,10 @@ class GatewayTTSService(WebsocketTTSService):
     async def _resume_websocket(self) -> None:
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         websocket = await self._websocket_connect(
-            self._url, additional_headers=headers, compression=None, max_size=None
+            resume_url(self._url, self._tracker.token),
+            additional_headers=headers,
+            compression=None,
+            max_size=None,
         )
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):

@@ -36,13 +36,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 #: close codes of a dropped connection: no close frame (1005, 1006) or a
 #: proxy or server restarting (1012-1014).  The server suspends the session;
 #: any other close (the client's own 1000, a fatal error's 1008) ends it.
 DROP_CLOSE_CODES: Final = frozenset({1005, 1006, 1012, 1013, 1014})
 #: ``session.resume`` refusals: the session cannot be taken back, stop trying
-RESUME_REFUSALS: Final = frozenset({"resume_invalid", "resume_expired", "resume_forbidden"})
+#: (``resume_elsewhere``: the try carried the gateway id for the proxy and
+#: still reached another gateway)
+RESUME_REFUSALS: Final = frozenset(
+    {"resume_invalid", "resume_expired", "resume_forbidden", "resume_elsewhere"}
+)
+
+
+def resume_url(url: str, token: str | None) -> str:
+    """``url`` with ``resume=<the gateway id>`` (the token's prefix, protocol
+    2.2.0), for a proxy to route the resume to the gateway that issued the
+    token (the gateway's docs/deployment.md); the token itself stays out of
+    the URL.  ``url`` as it is for a token that names no gateway (2.1.0)."""
+    issuer, dot, _ = (token or "").rpartition(".")
+    if not dot:
+        return url
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "resume"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("resume", issuer)])))
+
+
 #: the longest wait between two tries to reconnect (a server restarting)
 MAX_RETRY_DELAY_S: Final = 2.0
 #: the first wait after the immediate first try
