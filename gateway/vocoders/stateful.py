@@ -50,9 +50,10 @@ shapes is bounded by the schedule and log2 of its largest chunk, and
 ``StreamingHifiGan.warm_up`` compiles them all at start.
 
 What it must not do: pad with zeros anywhere but the utterance edges (that is
-what keeps it exact), keep state across utterances, or be used from two
-threads at once (one stream per job; the decode worker runs a job's chunks one
-at a time).
+what keeps it exact), keep state across utterances, carry a view into a
+chunk's activations as state (it keeps the whole buffer alive: ``_carry``),
+or be used from two threads at once (one stream per job; the decode worker
+runs a job's chunks one at a time).
 """
 
 from __future__ import annotations
