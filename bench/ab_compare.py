@@ -22,6 +22,11 @@ against automatic admission:
     .venv/bin/python bench/ab_compare.py --old HEAD --new HEAD \
         --old-env GATEWAY_MAX_ACTIVE_STREAMS=20 --runs 3 \
         --out bench/results/ab_admission.jsonl -- --scenarios overload
+
+The worktrees and each run's harness lines are removed at the end; ``--keep
+DIR`` copies each run's lines there first (``old-0.jsonl``, ``new-0.jsonl``,
+...).  The hostile scenario's verdict (RSS growth, gaps, first audio) is in
+each run's summary line.
 """
 
 from __future__ import annotations
@@ -65,8 +70,11 @@ def summarize(path: Path) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     overload: dict[str, Any] = {}
     http: dict[str, Any] = {}
+    hostile: dict[str, Any] = {}
     for line in path.read_text().splitlines():
         row = json.loads(line)
+        if row.get("kind") == "hostile_verdict":  # the scenario's lines name no target
+            hostile = row
         if row.get("target") != "gateway":
             continue
         kind, scenario = row.get("kind"), row.get("scenario")
@@ -107,6 +115,12 @@ def summarize(path: Path) -> dict[str, Any]:
         ),
         "overload_other_errors": overload.get("other_errors"),
         "overload_rss_mib": overload.get("rss_mib"),
+        "hostile_rss_growth_mib": hostile.get("rss_growth_mib"),
+        "hostile_rss_ok": hostile.get("rss_ok"),
+        "hostile_gap_ok": hostile.get("gap_ok"),
+        "hostile_first_audio_p95_ms": (hostile.get("canary_first_audio_p95_ms") or {}).get(
+            "hostile"
+        ),
         **http,
     }
 
@@ -125,7 +139,12 @@ def main() -> None:
             metavar="KEY=VALUE",
             help=f"environment of the {label} side's runs (repeatable)",
         )
-    parser.add_argument("--keep", type=Path, help="a folder to copy each run's harness lines into")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="copy each run's harness lines here (<label>-<run>.jsonl) before the"
+        " temporary worktrees and their files are removed",
+    )
     parser.add_argument("bench", nargs="*", help="harness arguments (after --)")
     args = parser.parse_args()
     bench_args = args.bench or DEFAULT_BENCH
@@ -152,6 +171,9 @@ def main() -> None:
                     command += ["--out", str(out), "--report", str(out.with_suffix(".html"))]
                     env = {**os.environ, **envs[label]}
                     subprocess.run(command, cwd=trees[label], check=True, env=env)
+                    if args.keep is not None:
+                        args.keep.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(out, args.keep / out.name)
                     row = {
                         "kind": "ab_run",
                         "label": label,
@@ -160,9 +182,6 @@ def main() -> None:
                         "run": run,
                     }
                     row.update(summarize(out))
-                    if args.keep:
-                        args.keep.mkdir(parents=True, exist_ok=True)
-                        shutil.copy(out, args.keep / out.name)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         finally:

@@ -50,9 +50,10 @@ shapes is bounded by the schedule and log2 of its largest chunk, and
 ``StreamingHifiGan.warm_up`` compiles them all at start.
 
 What it must not do: pad with zeros anywhere but the utterance edges (that is
-what keeps it exact), keep state across utterances, or be used from two
-threads at once (one stream per job; the decode worker runs a job's chunks one
-at a time).
+what keeps it exact), keep state across utterances, carry a view into a
+chunk's activations as state (it keeps the whole buffer alive: ``_carry``),
+or be used from two threads at once (one stream per job; the decode worker
+runs a job's chunks one at a time).
 """
 
 from __future__ import annotations
@@ -142,6 +143,17 @@ def _conv(
     return out[:, :, 0, :].transpose(1, 2)
 
 
+def _carry(x: torch.Tensor) -> torch.Tensor:
+    """``x``, a slice of a layer's activations kept for the next push, in a
+    buffer of its own.  Kept as a view, it would keep the whole buffer it was
+    cut from alive until then: every layer's input and output for the
+    chunk, 46 MiB per stream after a 64-frame chunk against 0.23 MiB of
+    actual state, held by every stream between its chunks (issue 28: the
+    server's peak RSS beside neighbours reading flat out; docs/operations.md,
+    Memory)."""
+    return x.clone(memory_format=torch.contiguous_format)
+
+
 def _fill(held: torch.Tensor, x: torch.Tensor, slope: float | None) -> torch.Tensor:
     """``held`` then ``x`` (through a leaky ReLU when ``slope`` is given) in
     one new buffer: one pass over ``x``, not two."""
@@ -213,7 +225,7 @@ class _Conv:
         if length <= 0:
             self.tail = buf
             return x.new_zeros((x.shape[0], 0, self.out_channels))
-        self.tail = buf[:, length:]
+        self.tail = _carry(buf[:, length:])
         return _conv(buf, self.weight, self.bias, self.dilation)
 
     def state(self) -> list[_State]:
@@ -254,7 +266,7 @@ class _ConvTranspose:
 
     def _run(self, x: torch.Tensor, slope: float | None) -> torch.Tensor:
         buf = _fill(self.prev, x, slope)
-        self.prev = buf[:, -1:]
+        self.prev = _carry(buf[:, -1:])
         out = _conv(buf, self.weight, self.bias)  # [B, T, s * out], phase-major channels
         return out.reshape(out.shape[0], out.shape[1] * self.stride, self.out_channels)
 
@@ -309,7 +321,7 @@ class _ResidualStep:
             return branch
         branch[:, :held] += self.pending
         branch[:, held:] += x[:, : n - held]
-        self.pending = x[:, n - held :]
+        self.pending = _carry(x[:, n - held :])
         return branch
 
     def state(self) -> list[_State]:
@@ -368,7 +380,7 @@ class _Mean:
             else:
                 acc[:, :m] += h[:, :m]
                 acc[:, m:] += o[:, : n - m]
-            self.pending[i] = torch.cat((h[:, m:], o), dim=1) if m == n else o[:, n - m :]
+            self.pending[i] = torch.cat((h[:, m:], o), dim=1) if m == n else _carry(o[:, n - m :])
         return acc
 
     def state(self) -> list[_State]:
@@ -603,7 +615,7 @@ class ChunkDecoder:
             wanted = (window.end - window.start) * self.hop_length
             if audio.shape[0] < wanted and not stream.flushed:
                 raise ValueError("chunk window stops short of the decoder's lookahead")
-            self._held = audio[wanted:]
+            self._held = _carry(audio[wanted:])
             result: np.ndarray = audio[:wanted].float().cpu().numpy()
             return result
 

@@ -207,6 +207,23 @@ def test_decode_state_is_per_utterance(joe: LoadedVoice) -> None:
         assert snr_db(vocoder.decode(latent), np.concatenate(out[id(latent)])) >= 60
 
 
+def test_carried_state_keeps_no_chunk_activations(joe: LoadedVoice) -> None:
+    """Between its chunks a stream keeps only its state: every tensor it
+    carries (and the samples it holds for the next chunk) in a buffer of
+    its own, not a view into the chunk's activations, which would keep them
+    all alive (46 MiB per stream after a 64-frame chunk, issue 28)."""
+    vocoder = joe.vocoder
+    assert vocoder is not None
+    latent = latent_of(joe, MEDIUM)
+    decoder = vocoder.open(latent.shape[1])
+    for window in vocoder.plan(latent.shape[1], [16, 32, 64])[:3]:
+        decoder.decode_chunk(latent, window)
+        carried = [t for t in decoder.stream.state() if isinstance(t, torch.Tensor)]
+        carried.append(decoder._held)
+        for tensor in carried:
+            assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+
+
 def test_batched_steps_equal_unbatched_pushes(joe: LoadedVoice) -> None:
     """Streams of different utterances, started alone with first pushes of
     different sizes (a plain and a merged first chunk), then stepped
