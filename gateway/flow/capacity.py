@@ -25,9 +25,10 @@ for an engine whose compute is the gateway's own (one that reports
   congestion window only while the window is used (RFC 7661): admission is
   kept for a session's life, so a rise on the slack of sessions that had
   not started speaking yet admits a conversation the machine cannot carry,
-  and every admitted one has gaps until one ends (round 12: a burst of 40
-  newcomers climbed the door from 6 to 8 while 4 of 6 spoke, and all 8
-  admitted conversations had gaps).  Between the two it holds (the
+  and every admitted one has gaps until one ends (round 12: at the
+  ladder's x8 step the door rose from 6 to 7 while 4 of its 6 sessions
+  spoke; in the overload scenario it reached 8, and all 8 admitted
+  conversations had gaps).  Between the two it holds (the
   hysteresis band), like
   the gradient and Vegas limiters of Netflix's concurrency-limits: a
   smoothed signal against two thresholds, a multiplicative cut, an additive
