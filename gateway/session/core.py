@@ -461,8 +461,7 @@ class Session:
         return messages
 
     def begin_close(self) -> list[Action] | None:
-        """Start closing: the cancel reports of everything in progress, or
-        None if the session is already closing."""
+        """Start closing: the cancel reports of all in progress (None: already)."""
         if self.state is not State.OPEN:
             return None
         self._transition(State.CLOSING)
@@ -473,8 +472,7 @@ class Session:
         self.endings.connection_lost()
 
     def unheard(self) -> list[tuple[str | None, str]]:
-        """Per context with any, the text the client sent and did not hear
-        (``Endings.unheard``)."""
+        """Per context with any, the text sent and not heard (``Endings``)."""
         return self.endings.unheard()
 
     async def settle(self, timeout_s: float = 1.0) -> None:
@@ -487,10 +485,7 @@ class Session:
         self.door.waiting.clear()
         for ctx in self.contexts:
             ctx.cancel_segment_timer()
-            live = [*ctx.pending, *ctx.awaiting_report]
-            if ctx.utterance is not None:
-                live.append(ctx.utterance)
-            for utt in live:
+            for utt in [*ctx.pending, *ctx.awaiting_report, *filter(None, [ctx.utterance])]:
                 self.door.release(utt)
             ctx.utterance = None
             ctx.pending = []
