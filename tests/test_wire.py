@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +43,20 @@ def test_the_wire_resume_codes_are_the_gateways() -> None:
     assert wire_resume.DROP_CLOSE_CODES == DROPPED
     registry = {code.value for code in ErrorCode if code.value.startswith("resume_")}
     assert registry == wire_resume.RESUME_REFUSALS
+
+
+def test_the_browser_clients_resume_codes_are_the_gateways() -> None:
+    """The browser client's copy of the drop and refusal codes
+    (``gateway/web/resume.js``) is the server's, as the wire package's is."""
+    source = (Path(__file__).parents[1] / "gateway/web/resume.js").read_text()
+
+    def js_set(name: str) -> set[str]:
+        match = re.search(rf"export const {name} = new Set\(\[([^\]]*)\]\)", source)
+        assert match, name
+        return {item.strip().strip('"') for item in match.group(1).split(",")}
+
+    assert js_set("DROPPED") == {str(code) for code in DROPPED}
+    assert js_set("REFUSALS") == wire_resume.RESUME_REFUSALS
 
 
 def test_the_wire_resume_messages_are_the_protocols() -> None:
