@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -92,6 +93,8 @@ class GatewayState:
     http_admission: AdmissionGate = field(init=False)
     #: automatic admission's start: the engine's measured real-time streams
     measured_streams: float | None = None
+    #: automatic admission's controller (None: a fixed door)
+    door: capacity.DoorController | None = None
     #: the HTTP API's text front-end: one thread of its own, so a request's
     #: whole input (up to ``max_utterance_chars``, about 0.3 s of CPU for the
     #: worst text measured) never holds the default executor's threads that
@@ -154,30 +157,35 @@ class GatewayState:
             if engine.capabilities.max_concurrency:
                 gate.set_limit(engine.capabilities.max_concurrency)
             return None
-        policy = capacity.CapacityPolicy(ceiling=self.settings.max_sessions)
+        policy = capacity.CapacityPolicy(
+            ceiling=self.settings.max_sessions,
+            cores=len(os.sched_getaffinity(0)),
+        )
         self.measured_streams = await realtime_streams(engine)
         engine.take_lateness()  # the probe's own work is not load
-        controller = capacity.DoorController(
+        controller = self.door = capacity.DoorController(
             capacity.seed_capacity(self.measured_streams, policy), policy
         )
         self.metrics.engine_realtime_streams.set(self.measured_streams)
-        self.metrics.report_door(controller.capacity, controller.limit, None, 0, 0.0)
+        self.metrics.report_door(controller, 0)
         log.info(
             "automatic admission: %.1f real-time streams measured, capacity %.1f streams,"
-            " the door admits %d sessions to start (up to %d)",
+            " the door admits %d sessions to start (up to %d); %.2f cores reserved",
             self.measured_streams,
             controller.capacity,
             controller.limit,
             policy.ceiling,
+            controller.budget_cores,
         )
 
-        def report(door: capacity.DoorController, speaking: int) -> None:
-            self.metrics.report_door(
-                door.capacity, door.limit, door.slack_p10, speaking, door.share
-            )
-
         return asyncio.create_task(
-            capacity.follow(gate, engine.take_lateness, self.speaking_sessions, controller, report),
+            capacity.follow(
+                gate,
+                engine.take_lateness,
+                self.speaking_sessions,
+                controller,
+                self.metrics.report_door,
+            ),
             name="admission-capacity",
         )
 

@@ -23,6 +23,15 @@ items late without waiting (bounded: the last ``SLACK_KEPT`` between two
 reads).  ``take_lateness`` returns them since the last call, with the
 seconds spent running items (how busy the busiest thread was).
 
+Cost, the admission's measure of what audio costs (``flow.capacity``): each
+item's CPU time on its thread (``time.thread_time``) and the seconds of
+audio it made or covered (``WorkItem.audio_s``, set by ``run``).  Only items
+that ran their model on this one thread (``threads_used``, asked after the
+item) count: an item run with every core's intra-op threads leaves part of
+its CPU time on threads this clock does not see, and it runs that way only
+while the machine has cores to spare, so it says nothing of what an audio
+second costs when the cores are contended, which is what admission sizes.
+
 Threads.  A worker may serve its queue with several threads (``threads``):
 the earliest due item goes to the first free thread, so the deadline order
 holds across them.  An engine whose items of one job must not run at once
@@ -57,8 +66,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
-from gateway.flow.capacity import Lateness
+from gateway.flow.capacity import Lateness, StageCost
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +88,9 @@ DUE_RECENT_S = 1.0
 class WorkItem(abc.ABC):
     """One unit of work; the earliest ``due`` runs first."""
 
+    #: seconds of audio this item made (decode) or covered (acoustic): set by ``run``
+    audio_s: float = 0.0
+
     @abc.abstractmethod
     def due(self) -> float:
         """When the work must be done (``time.monotonic()`` seconds)."""
@@ -90,8 +103,19 @@ class WorkItem(abc.ABC):
 class DeadlineWorker:
     """Daemon threads serving ``WorkItem``s from one deadline-ordered queue."""
 
-    def __init__(self, name: str, threads: int = 1) -> None:
+    def __init__(
+        self,
+        name: str,
+        threads: int = 1,
+        threads_used: Callable[[], int] = lambda: 1,
+        cost_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
         self.name = name
+        #: on a worker thread, after an item: the intra-op threads it ran with
+        self._threads_used = threads_used
+        #: what an item's cost is read from: its thread's CPU clock, or the
+        #: wall clock for work on an accelerator (the thread waits for it)
+        self._cost_clock = cost_clock
         self._cond = threading.Condition()
         #: (due, order, queued at, item), a heap: the earliest due first
         self._heap: list[tuple[float, int, float, WorkItem]] = []
@@ -116,6 +140,8 @@ class DeadlineWorker:
         self._late = 0
         self._busy_s = [0.0] * len(self._threads)
         self._slack: deque[float] = deque(maxlen=SLACK_KEPT)
+        self._cost = StageCost()
+        self._audio_s = 0.0
 
     @property
     def threads(self) -> int:
@@ -153,10 +179,19 @@ class DeadlineWorker:
     def take_lateness(self) -> Lateness:
         """Items finished since the last call and how many were late (any thread)."""
         with self._stats_lock:
-            taken = Lateness(self._finished, self._late, max(self._busy_s), tuple(self._slack))
+            taken = Lateness(
+                self._finished,
+                self._late,
+                max(self._busy_s),
+                tuple(self._slack),
+                (self._cost,),
+                self._audio_s,
+            )
             self._finished = self._late = 0
             self._busy_s = [0.0] * len(self._threads)
             self._slack.clear()
+            self._cost = StageCost()
+            self._audio_s = 0.0
         return taken
 
     def close(self, timeout: float = 5.0) -> None:
@@ -203,7 +238,7 @@ class DeadlineWorker:
             due, queued_at, item, ahead = taken
             with self._stats_lock:
                 self.running += 1
-            started = time.monotonic()
+            started, cpu = time.monotonic(), self._cost_clock()
             try:
                 item.run()
             except Exception:  # an item must not kill the worker serving everyone
@@ -215,7 +250,8 @@ class DeadlineWorker:
                     with self._cond:
                         self._ahead_running -= 1
                         self._cond.notify()
-            finished = time.monotonic()
+            finished, cpu = time.monotonic(), self._cost_clock() - cpu
+            alone = self._threads_used() == 1
             waited = started - queued_at > CONTENDED_S
             late = waited and finished > due
             with self._stats_lock:
@@ -224,3 +260,6 @@ class DeadlineWorker:
                 self._busy_s[index] += finished - started
                 if waited or finished <= due:
                     self._slack.append(due - finished)
+                self._audio_s += item.audio_s
+                if alone:
+                    self._cost = self._cost.add(cpu, item.audio_s)

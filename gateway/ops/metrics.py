@@ -10,9 +10,12 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from gateway.flow.capacity import DoorController
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -162,7 +165,18 @@ class Metrics:
         self.engine_realtime_streams.set(math.nan)
         self.door_capacity = Gauge(
             "gateway_door_capacity_streams",
-            "Real-time streams the machine serves now, as automatic admission measures it.",
+            "Real-time streams automatic admission reserves compute for: the reserved"
+            " cores over the cost, less any cut on late work.",
+            registry=r,
+        )
+        self.door_cost = Gauge(
+            "gateway_door_cost_seconds",
+            "CPU seconds a second of speech costs, as measured under load (NaN: not yet).",
+            registry=r,
+        )
+        self.door_budget = Gauge(
+            "gateway_door_budget_cores",
+            "The cores automatic admission reserves for speaking streams.",
             registry=r,
         )
         self.door_speaking = Gauge(
@@ -190,15 +204,15 @@ class Metrics:
         active = self.streams_active if surface == "ws" else self.http_streams_active
         return SurfaceAdmission(self, surface, active)
 
-    def report_door(
-        self, capacity: float, limit: int, slack_p10: float | None, speaking: int, share: float
-    ) -> None:
+    def report_door(self, door: DoorController, speaking: int) -> None:
         """One reading of automatic admission's door (``gateway.flow.capacity.follow``)."""
-        self.door_capacity.set(capacity)
+        self.door_capacity.set(door.capacity)
+        self.door_cost.set(math.nan if door.cost is None else door.cost)
+        self.door_budget.set(door.budget_cores)
         self.door_speaking.set(speaking)
-        self.door_share.set(share)
-        self.door_slack.set(math.nan if slack_p10 is None else slack_p10)
-        self.door_overcommit.set(limit / capacity if capacity else math.nan)
+        self.door_share.set(door.share)
+        self.door_slack.set(math.nan if door.slack_p10 is None else door.slack_p10)
+        self.door_overcommit.set(door.overcommit)
 
     def track_engine(
         self,

@@ -27,7 +27,7 @@ from gateway.engines.piper.alignment import (
     word_boundaries,
 )
 from gateway.engines.piper.loudness import CEILING, soft_limit
-from gateway.flow.capacity import Lateness
+from gateway.flow.capacity import Lateness, StageCost
 from gateway.vocoders.stateful import final_pieces, plan_chunks
 
 
@@ -216,7 +216,47 @@ def test_deadline_worker_counts_work_late_because_it_waited_behind_other_work() 
         # about a minute; the held item (late text, did not wait) is left out
         slack = sorted(x for x in second.slack_s if math.isfinite(x))
         assert len(slack) == 2 and slack[0] < 0 and 59 < slack[1] <= 60
-        assert worker.take_lateness() == Lateness()  # taken: counted once
+        assert worker.take_lateness() == Lateness(stages=(StageCost(),))  # taken: counted once
+    finally:
+        worker.close()
+
+
+class _Burn(WorkItem):
+    """Spins the CPU for ``seconds`` and says it made ``audio`` seconds of audio."""
+
+    def __init__(self, seconds: float, audio: float) -> None:
+        self.seconds = seconds
+        self.audio = audio
+
+    def due(self) -> float:
+        return 0.0
+
+    def run(self) -> None:
+        end = time.thread_time() + self.seconds
+        while time.thread_time() < end:
+            pass
+        self.audio_s = self.audio
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_deadline_worker_measures_the_cpu_an_audio_second_costs(threads: int) -> None:
+    """Admission's cost: each item's CPU time on its thread and the audio it
+    made, counted only for items that ran on one thread (one run on several
+    leaves CPU time on threads its clock does not see)."""
+    worker = DeadlineWorker("cost", threads_used=lambda: threads)
+    worker.start()
+    try:
+        worker.put(_Burn(0.03, 0.5))
+        worker.put(_Burn(0.03, 0.5))
+        _drain(worker)
+        taken = worker.take_lateness()
+        assert taken.audio_s == pytest.approx(1.0)  # the audio counts either way
+        (stage,) = taken.stages
+        if threads == 1:
+            assert stage.audio_s == pytest.approx(1.0)
+            assert 0.06 <= stage.cpu_s < 0.5  # CPU time, not time waiting in the queue
+        else:
+            assert stage == StageCost()
     finally:
         worker.close()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -157,12 +158,18 @@ class PiperEngine(Engine):
                 self.device,
                 voice.gain,
             )
-        acoustic = DeadlineWorker("piper-acoustic")
+        # each worker asks the plan what threads an item used (its cost counts
+        # for admission only when it ran on one: DeadlineWorker)
+        on_device = self.device.type != "cpu"
+        acoustic = DeadlineWorker("piper-acoustic", threads_used=lambda: plan.acoustic_used())
         decode = DeadlineWorker(
             f"piper-decode-{self.device}",
             decode_worker_threads(
                 settings.vocoder_threads, settings.deterministic, self.device.type
             ),
+            # on an accelerator the vocoder's cost is its time, not the CPU's
+            threads_used=lambda: 1 if on_device else plan.vocoder_used(),
+            cost_clock=time.monotonic if on_device else time.thread_time,
         )
         plan = ThreadPlan(
             settings.acoustic_threads,
@@ -268,6 +275,8 @@ class PiperEngine(Engine):
             acoustic.late + decode.late,
             max(acoustic.busy_s, decode.busy_s),  # the busiest thread
             acoustic.slack_s + decode.slack_s,
+            acoustic.stages + decode.stages,  # what an audio second costs each stage
+            decode.audio_s,  # the audio made (the acoustic stage's covers the same)
         )
 
 

@@ -371,6 +371,12 @@ class PiperSegment:
             self._held = False
         self._schedule_next()
 
+    def covered(self, work: Callable[[], None]) -> float:
+        """Run acoustic ``work``; the seconds of audio whose latent it made."""
+        before = self._available
+        work()
+        return max(0, self._available - before) * self.voice.hop_length / self.voice.sample_rate
+
     def _publish(self, end: int, latent: np.ndarray, start: int = 0) -> None:
         with self._lock:
             if self._latent is None:
@@ -397,11 +403,12 @@ class PiperSegment:
             item = _ChunkItem(self, self._next_chunk, window)
         self._workers.decode.put(item)
 
-    def decode_chunk(self, index: int, window: ChunkWindow) -> None:
+    def decode_chunk(self, index: int, window: ChunkWindow) -> float:
+        """Decode and deliver one chunk; the seconds of audio it made."""
         with self._lock:
             if self.job.finished:
                 self._scheduled = False
-                return  # dropped before its decode began
+                return 0.0  # dropped before its decode began
             latent = self._latent
             decoder = self._decoder
         started = time.perf_counter()
@@ -416,7 +423,7 @@ class PiperSegment:
                 self._scheduled = False
             log.exception("decode failed (%s)", self.job.request.label)
             self.job.fail(f"decode failed: {exc}")
-            return
+            return 0.0
         audio = loudness.soft_limit(raw * np.float32(self.voice.gain))
         self.stats.add_stage("decode_ms", (time.perf_counter() - started) * 1e3)
         last = index == len(self._windows) - 1
@@ -435,12 +442,14 @@ class PiperSegment:
         delivered = self.job.chunk(audio)
         with self._lock:
             self._scheduled = False
+        made = len(audio) / self.voice.sample_rate
         if not delivered:
-            return  # cancel() arrived while this chunk was in flight
+            return made  # cancel() arrived while this chunk was in flight
         if last:
             self._end(self._windows[-1].end)
         else:
             self._schedule_next()
+        return made
 
     # --- scheduling: every work item is due at a time (earliest first) ---------------
 
@@ -507,7 +516,7 @@ class _ChunkItem(WorkItem):
         return self.segment.chunk_due(self.index, self.window)
 
     def run(self) -> None:
-        self.segment.decode_chunk(self.index, self.window)
+        self.audio_s = self.segment.decode_chunk(self.index, self.window)
 
 
 class _LatentWindowItem(WorkItem):
@@ -525,7 +534,7 @@ class _LatentWindowItem(WorkItem):
         return self.segment.flow_window_due(self.windows[self.index])
 
     def run(self) -> None:
-        self.segment.run_flow_window(self)
+        self.audio_s = self.segment.covered(lambda: self.segment.run_flow_window(self))
 
 
 class AcousticItem(WorkItem):
@@ -536,4 +545,4 @@ class AcousticItem(WorkItem):
         return self.segment.head_due()
 
     def run(self) -> None:
-        self.segment.run_acoustic()
+        self.audio_s = self.segment.covered(self.segment.run_acoustic)

@@ -78,7 +78,17 @@ class ThreadPlan:
     def acoustic_light(self, fixed: bool = False) -> bool:
         """Run the next acoustic item on one thread (decode work is waiting).
         ``fixed``: the item's output must repeat (a seeded request): never."""
-        return not fixed and self.adaptive_acoustic and self._decode_worker.depth() > 0
+        light = not fixed and self.adaptive_acoustic and self._decode_worker.depth() > 0
+        self._local.acoustic = 1 if light else self.acoustic_threads
+        return light
+
+    def acoustic_used(self) -> int:
+        """On the acoustic worker, after an item: the threads its model last ran with."""
+        return int(getattr(self._local, "acoustic", self.acoustic_threads))
+
+    def vocoder_used(self) -> int:
+        """On a decode thread, after an item: torch's intra-op threads there."""
+        return int(torch.get_num_threads())
 
     def set_vocoder_threads(self, first_chunk: bool, fixed: bool = False) -> None:
         """On the decode worker, before a chunk: every core for an
