@@ -26,15 +26,19 @@ for an engine whose compute is the gateway's own (one that reports
   its user speaks little; an LLM reading a long answer speaks all the time.
 
 The door admits ``capacity / share`` sessions, at most ``max_overcommit``
-times capacity.  So if every admitted session spoke at once, they would ask
-at most ``max_overcommit`` x ``CPU_SHARE`` of the cores (1.5 x 0.75: 1.1
-times the machine); the engine then shares it earliest deadline first, and
+times capacity.  So if every admitted session spoke at once, their measured
+cost would reach at most ``max_overcommit`` x ``CPU_SHARE`` of the cores
+(1.2 x 0.5: 0.6); the engine then shares it earliest deadline first, and
 the door stays closed until the load drops; no admitted session is refused
-or cut.  Why 1.5: a session's share is an average, and LLM-paced
-conversations speak in bursts that line up (several users finish their
-turns together); a larger overcommit turns those coincidences into
-playback gaps for everyone, a smaller one leaves the machine idle while
-agents listen.
+or cut.  Why 1.2: a session's share is an average over the sessions
+admitted and the last half minute, and new sessions come in bursts that
+all speak at once (users finishing their turns together, a gateway taking
+over another's traffic).  With 1.5, an overload of 40 new sessions after a
+quieter minute (share about 0.5) was let in at 13-14 sessions on a
+capacity of 9-10 streams, and their conversations had gaps (round 13); an
+LLM-paced conversation speaks about 0.9 of the time, so 1.2 still admits
+capacity / share of them, and a smaller overcommit would leave the
+machine idle while agents listen.
 
 **Why a reservation and not a load signal.**  Rounds 7-12
 (docs/benchmarks.md) sized the door from the *slack* of the engine's work
@@ -160,7 +164,7 @@ class CapacityPolicy:
     #: speaking streams are averaged over about this long (for a cut)
     speaking_average_s: float = 2.0
     #: the door admits at most this many times capacity
-    max_overcommit: float = 1.5
+    max_overcommit: float = 1.2
 
 
 def seed_capacity(realtime_streams: float, policy: CapacityPolicy) -> float:
