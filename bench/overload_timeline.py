@@ -19,19 +19,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import time
 
-from gateway.bench import corpus
-from gateway.bench.drivers import GatewayUser, Pacing, Record
+from gateway.bench.drivers import Pacing
+from gateway.bench.load import overload_records
 from gateway.bench.measure import playout
 
 
 async def run(url: str, sessions: int, arrival_s: float, addresses: int) -> None:
-    rng = random.Random("0:overload")
-    texts = [rng.choice(corpus.PARAGRAPHS) for _ in range(sessions)]
-    arrivals = sorted(rng.uniform(0, arrival_s) for _ in range(sessions))
-    pacing = Pacing(streamed=True, token_rate=20.0, jitter=0.5)
+    pacing = Pacing(streamed=True, token_rate=20.0, jitter=0.5)  # the harness's defaults
     t0 = time.monotonic()
     lags: list[tuple[float, int]] = []
 
@@ -43,21 +39,10 @@ async def run(url: str, sessions: int, arrival_s: float, addresses: int) -> None
             if late > 0.03:
                 lags.append((round(start - t0, 2), round(late * 1000)))
 
-    async def one(i: int) -> Record:
-        await asyncio.sleep(arrivals[i])
-        record = Record("gateway", "overload", sessions, i, 0, texts[i])
-        user = GatewayUser(url, None, local_host=f"127.0.0.{1 + i % addresses}")
-        try:
-            await user.open()
-            return await user.utterance(record, pacing, random.Random(f"0:overload:{i}"), None)
-        except Exception as exc:  # a refused connection is a result here
-            record.error = f"{type(exc).__name__}: {exc}"
-            return record
-        finally:
-            await user.close()
-
     watch = asyncio.create_task(monitor())
-    records = await asyncio.gather(*(one(i) for i in range(sessions)))
+    records = await overload_records(
+        url, sessions=sessions, arrival_s=arrival_s, addresses=addresses, pacing=pacing, seed=0
+    )
     watch.cancel()
     refused = sorted(round(r.error_at - t0, 2) for r in records if r.error and r.error_at)
     if refused:

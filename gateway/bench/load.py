@@ -151,7 +151,7 @@ def rss_mib(pid: int | None) -> float | None:
     return None
 
 
-async def overload(
+async def overload_records(
     ws_url: str,
     *,
     sessions: int,
@@ -159,16 +159,15 @@ async def overload(
     addresses: int,
     pacing: Pacing,
     seed: int,
-    prebuffer_ms: float,
-    server_pid: int | None,
-    settle_s: float,
     voice: str | None = None,
-) -> list[dict[str, Any]]:
-    """``sessions`` users arriving within ``arrival_s``, one reply each."""
+) -> list[Record]:
+    """The overload scenario's sessions as their clients saw them:
+    ``sessions`` users arriving within ``arrival_s`` from ``addresses``
+    loopback addresses, one reply each (``bench/overload_timeline.py`` reads
+    them whole)."""
     rng = random.Random(f"{seed}:overload")
     texts = [rng.choice(corpus.PARAGRAPHS) for _ in range(sessions)]
     arrivals = sorted(rng.uniform(0, arrival_s) for _ in range(sessions))
-    rss_idle = rss_mib(server_pid)
 
     async def one(i: int) -> Record:
         await asyncio.sleep(arrivals[i])
@@ -185,7 +184,33 @@ async def overload(
         finally:
             await user.close()
 
-    records = await asyncio.gather(*(one(i) for i in range(sessions)))
+    return list(await asyncio.gather(*(one(i) for i in range(sessions))))
+
+
+async def overload(
+    ws_url: str,
+    *,
+    sessions: int,
+    arrival_s: float,
+    addresses: int,
+    pacing: Pacing,
+    seed: int,
+    prebuffer_ms: float,
+    server_pid: int | None,
+    settle_s: float,
+    voice: str | None = None,
+) -> list[dict[str, Any]]:
+    """``sessions`` users arriving within ``arrival_s``, one reply each."""
+    rss_idle = rss_mib(server_pid)
+    records = await overload_records(
+        ws_url,
+        sessions=sessions,
+        arrival_s=arrival_s,
+        addresses=addresses,
+        pacing=pacing,
+        seed=seed,
+        voice=voice,
+    )
     rss_after = rss_mib(server_pid)
     measures = [r.measures(prebuffer_ms) for r in records]
     admitted = [m for m in measures if not m["error"]]

@@ -87,8 +87,9 @@ class ThreadPlan:
         return int(getattr(self._local, "acoustic", self.acoustic_threads))
 
     def vocoder_used(self) -> int:
-        """On a decode thread, after an item: torch's intra-op threads there."""
-        return int(torch.get_num_threads())
+        """On a decode thread, after an item: the intra-op threads
+        ``set_vocoder_threads`` last set there."""
+        return int(getattr(self._local, "threads", self.vocoder_threads))
 
     def set_vocoder_threads(self, first_chunk: bool, fixed: bool = False) -> None:
         """On the decode worker, before a chunk: every core for an
