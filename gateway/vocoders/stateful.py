@@ -5,8 +5,9 @@ recomputing any context.  Each convolution keeps the last ``dilation *
 (kernel - 1)`` samples of its input between calls, each transposed
 convolution its last input column, each residual step the inputs its branch
 has not caught up with.  Pushing latent frames returns every output sample
-that those frames determine; ``flush`` at the end of the utterance returns the
-rest (the right-hand zero padding of the whole-utterance decode).  The
+that those frames determine; ``finish`` pushes the utterance's last frames and
+returns the rest (the right-hand zero padding of the whole-utterance decode)
+in the same pass, each layer's padding appended to its input.  The
 concatenated output equals ``HifiGan.forward`` on the whole latent up to float
 rounding, and the total work equals one whole-utterance decode.  (The
 stateless windowed scheme this replaced, gone from the code, decoded each
@@ -45,9 +46,18 @@ primitives (about 100 ms on the 2-core CPU, a first-call cost on the hot
 path) and kept them, so the cache filled with one-off shapes: +210 MiB of RSS
 over 150 utterances of random lengths in one process, never returned.  That
 push is therefore made in power-of-two pieces, largest first
-(``final_pieces``): the carried state makes any split exact, the set of
-shapes is bounded by the schedule and log2 of its largest chunk, and
+(``final_pieces``), the last of them with the end (``finish``): the carried
+state makes any split exact, the set of shapes is bounded by the schedule
+and log2 of its largest chunk (each power pushed, and each finished), and
 ``StreamingHifiGan.warm_up`` compiles them all at start.
+
+Why ``finish`` and not a push then a flush: a flush alone ran every layer
+two to four times on a few samples of padding (a convolution's push, then
+its flush; a residual block's steps in turn), about 16 ms of one core per
+utterance on the 2-core CPU whatever its length, against about 7 ms for the
+same samples in one pass; with the short segments LLM text makes (about a
+second of audio), that was a fifth of the vocoder's work
+(``docs/engine.md``, "The end of an utterance").
 
 What it must not do: pad with zeros anywhere but the utterance edges (that is
 what keeps it exact), keep state across utterances, carry a view into a
@@ -154,16 +164,19 @@ def _carry(x: torch.Tensor) -> torch.Tensor:
     return x.clone(memory_format=torch.contiguous_format)
 
 
-def _fill(held: torch.Tensor, x: torch.Tensor, slope: float | None) -> torch.Tensor:
-    """``held`` then ``x`` (through a leaky ReLU when ``slope`` is given) in
-    one new buffer: one pass over ``x``, not two."""
-    n = held.shape[1]
-    buf = x.new_empty((x.shape[0], n + x.shape[1], x.shape[2]))
+def _fill(held: torch.Tensor, x: torch.Tensor, slope: float | None, zeros: int = 0) -> torch.Tensor:
+    """``held`` then ``x`` (through a leaky ReLU when ``slope`` is given),
+    then ``zeros`` zero rows (the utterance's right-hand padding: leaky ReLU
+    keeps zeros zero) in one new buffer: one pass over ``x``, not two."""
+    n, m = held.shape[1], x.shape[1]
+    buf = x.new_empty((x.shape[0], n + m + zeros, x.shape[2]))
     buf[:, :n] = held
     if slope is None:
-        buf[:, n:] = x
+        buf[:, n : n + m] = x
     else:
-        torch.ops.aten.leaky_relu.out(x, slope, out=buf[:, n:])
+        torch.ops.aten.leaky_relu.out(x, slope, out=buf[:, n : n + m])
+    if zeros:
+        buf[:, n + m :] = 0
     return buf
 
 
@@ -220,11 +233,13 @@ class _Conv:
         self.out_channels = conv.out_channels
 
     def push(self, x: torch.Tensor) -> torch.Tensor:
-        buf = _fill(self.tail, x, self.slope)
+        return self._run(_fill(self.tail, x, self.slope))
+
+    def _run(self, buf: torch.Tensor) -> torch.Tensor:
         length = buf.shape[1] - self.span
         if length <= 0:
             self.tail = buf
-            return x.new_zeros((x.shape[0], 0, self.out_channels))
+            return buf.new_zeros((buf.shape[0], 0, self.out_channels))
         self.tail = _carry(buf[:, length:])
         return _conv(buf, self.weight, self.bias, self.dilation)
 
@@ -234,10 +249,9 @@ class _Conv:
     def restore(self, values: Iterator[_State]) -> None:
         self.tail = _tensor(next(values))
 
-    def flush(self) -> torch.Tensor:
-        # the right-hand zero padding (leaky ReLU keeps zeros zero)
-        tail = self.tail
-        return self.push(tail.new_zeros((tail.shape[0], self.padding, tail.shape[2])))
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """``push(x)``, then the output the right-hand zero padding owes, in one call."""
+        return self._run(_fill(self.tail, x, self.slope, self.padding))
 
 
 class _ConvTranspose:
@@ -264,8 +278,8 @@ class _ConvTranspose:
         self.skip = padding  # the whole-utterance output starts `padding` samples in
         self.tail_length = kernel - padding - s  # raw samples past the last input's block
 
-    def _run(self, x: torch.Tensor, slope: float | None) -> torch.Tensor:
-        buf = _fill(self.prev, x, slope)
+    def _run(self, x: torch.Tensor, zeros: int = 0) -> torch.Tensor:
+        buf = _fill(self.prev, x, self.slope, zeros)
         self.prev = _carry(buf[:, -1:])
         out = _conv(buf, self.weight, self.bias)  # [B, T, s * out], phase-major channels
         return out.reshape(out.shape[0], out.shape[1] * self.stride, self.out_channels)
@@ -289,11 +303,14 @@ class _ConvTranspose:
     def push(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] == 0:
             return x.new_zeros((x.shape[0], 0, self.out_channels))
-        return self._crop(self._run(x, self.slope))
+        return self._crop(self._run(x))
 
-    def flush(self) -> torch.Tensor:
-        tail = self._run(torch.zeros_like(self.prev), None)[:, : max(0, self.tail_length)]
-        return self._crop(tail)
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """``push(x)``, then the samples past the last input's block (one
+        zero input row, of which ``tail_length`` samples belong to the
+        utterance), in one call."""
+        owed = x.shape[1] * self.stride + max(0, self.tail_length)
+        return self._crop(self._run(x, zeros=1)[:, :owed])
 
 
 class _ResidualStep:
@@ -303,11 +320,9 @@ class _ResidualStep:
         self.convs = convs  # each with its leaky ReLU
         self.pending: torch.Tensor | None = None
 
-    def _branch(self, x: torch.Tensor, flush: bool) -> torch.Tensor:
+    def _branch(self, x: torch.Tensor, finish: bool) -> torch.Tensor:
         for conv in self.convs:
-            x = conv.push(x)
-            if flush:
-                x = torch.cat((x, conv.flush()), dim=1)
+            x = conv.finish(x) if finish else conv.push(x)
         return x
 
     def _add(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
@@ -335,11 +350,10 @@ class _ResidualStep:
             conv.restore(values)
 
     def push(self, x: torch.Tensor) -> torch.Tensor:
-        return self._add(x, self._branch(x, flush=False))
+        return self._add(x, self._branch(x, finish=False))
 
-    def flush(self) -> torch.Tensor:
-        empty = _none(self.convs[0].tail)
-        return self._add(empty, self._branch(empty, flush=True))
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return self._add(x, self._branch(x, finish=True))
 
 
 class _ResBlock:
@@ -351,12 +365,10 @@ class _ResBlock:
             x = step.push(x)
         return x
 
-    def flush(self) -> torch.Tensor:
-        out: torch.Tensor | None = None
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
         for step in self.steps:
-            out = step.flush() if out is None else torch.cat((step.push(out), step.flush()), dim=1)
-        assert out is not None
-        return out
+            x = step.finish(x)
+        return x
 
 
 class _Mean:
@@ -399,8 +411,8 @@ class _Mean:
     def push(self, x: torch.Tensor) -> torch.Tensor:
         return self._combine([block.push(x) for block in self.blocks])
 
-    def flush(self) -> torch.Tensor:
-        return self._combine([block.flush() for block in self.blocks])
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return self._combine([block.finish(x) for block in self.blocks])
 
 
 class _Stage:
@@ -413,10 +425,8 @@ class _Stage:
     def push(self, x: torch.Tensor) -> torch.Tensor:
         return self.mean.push(self.up.push(x))
 
-    def flush_after(self, x: torch.Tensor) -> torch.Tensor:
-        """Push ``x`` (the previous layer's last output), then flush."""
-        head = self.push(x)
-        return torch.cat((head, self.mean.push(self.up.flush()), self.mean.flush()), dim=1)
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mean.finish(self.up.finish(x))
 
 
 class DecoderStream:
@@ -451,14 +461,21 @@ class DecoderStream:
             x = stage.push(x)
         return torch.tanh(self.conv_post.push(x))[:, :, 0]
 
+    def finish(self, latent: torch.Tensor) -> torch.Tensor:
+        """The utterance's last ``latent`` frames (maybe none): every sample
+        still owed, through each layer once with its right-hand zero padding
+        appended: the samples ``push`` then a separate flush would return, in
+        one pass (the module docstring says what it saves)."""
+        self.pushed += latent.shape[0]
+        self.flushed = True
+        x = self.conv_pre.finish(latent[None])
+        for stage in self.stages:
+            x = stage.finish(x)
+        return torch.tanh(self.conv_post.finish(x))[0, :, 0]
+
     def flush(self) -> torch.Tensor:
         """End of the utterance: the samples still owed."""
-        self.flushed = True
-        x = self.conv_pre.flush()
-        for stage in self.stages:
-            x = stage.flush_after(x)
-        x = torch.cat((self.conv_post.push(x), self.conv_post.flush()), dim=1)
-        return torch.tanh(x)[0, :, 0]
+        return self.finish(self.conv_pre.tail.new_zeros((0, self.conv_pre.tail.shape[2])))
 
     def state(self) -> list[_State]:
         """Every piece of carried state, in a fixed order (tensors ``[1, ...]``)."""
@@ -602,15 +619,19 @@ class ChunkDecoder:
         stream = self.stream
         pieces = [self._held]
         with torch.inference_mode():
-            if window.win_end > stream.pushed:
-                count = window.win_end - stream.pushed
-                # a size set by the schedule, or the remainder: then in pieces
-                sizes = final_pieces(count) if window.win_end >= self.frames else [count]
-                for size in sizes:
-                    piece = np.ascontiguousarray(latent[:, stream.pushed : stream.pushed + size].T)
-                    pieces.append(stream.push(torch.from_numpy(piece).to(self.device)))
-            if stream.pushed >= self.frames and not stream.flushed:
-                pieces.append(stream.flush())
+            count = window.win_end - stream.pushed
+            if count > 0:
+                # a size set by the schedule; or the remainder, reaching the
+                # utterance's end: then in pieces, the last of them with the
+                # end's padding (``DecoderStream.finish``)
+                last = window.win_end >= self.frames
+                sizes = final_pieces(count) if last else [count]
+                for index, size in enumerate(sizes, 1):
+                    start = stream.pushed
+                    piece = np.ascontiguousarray(latent[:, start : start + size].T)
+                    rows = torch.from_numpy(piece).to(self.device)
+                    ending = last and index == len(sizes)
+                    pieces.append(stream.finish(rows) if ending else stream.push(rows))
             audio = torch.cat(pieces)
             wanted = (window.end - window.start) * self.hop_length
             if audio.shape[0] < wanted and not stream.flushed:
@@ -658,18 +679,23 @@ class StreamingHifiGan:
         """Stream a few utterance lengths once, so that requests meet only
         layer shapes oneDNN has already compiled (it pays about 100 ms per
         new shape and keeps it): every chunk size of ``schedule`` and every
-        power-of-two piece of an utterance's last push (``final_pieces``),
-        the largest alone and all the smaller ones in one remainder.  Run it
+        power-of-two piece of an utterance's last push (``final_pieces``):
+        each pushed (all but the largest in one remainder of ``largest - 1``,
+        after steady chunks of the largest) and each as the last piece, with the
+        utterance's end (``DecoderStream.finish``: a remainder of that power
+        alone).  Run it
         under each thread count the decode worker uses: primitives are
         compiled per thread count."""
         first = schedule[0] + self.lookahead_frames
         largest = 1 << (max(schedule).bit_length() - 1)
         search = range(first + 1, first + 4 * max(schedule))
         lengths = [first - 1]  # shorter than the first chunk
-        for remainder in sorted({largest, largest - 1} - {0}, reverse=True):
-            found = next((f for f in search if self._final_push(f, schedule) == remainder), None)
-            if found is not None:
-                lengths.append(found)
+        powers = {1 << bit for bit in range(largest.bit_length())}
+        for remainder in sorted(powers | {largest - 1} - {0}, reverse=True):
+            found = [f for f in search if self._final_push(f, schedule) == remainder]
+            if found:
+                # the longest for the pieces pushed: it has steady chunks before them
+                lengths.append(found[-1] if remainder == largest - 1 else found[0])
         for frames in lengths:
             latent = np.zeros((self.latent_channels, frames), dtype=np.float32)
             decoder = self.open(frames)

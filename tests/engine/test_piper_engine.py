@@ -180,6 +180,31 @@ def test_warm_up_covers_every_shape_of_later_utterances(
         assert shapes == warmed, f"{frames} frames met {len(shapes - warmed)} new shapes"
 
 
+@pytest.mark.parametrize(("first", "last"), [(27, 0), (27, 1), (27, 5), (27, 64), (3, 0), (3, 2)])
+def test_finish_returns_the_rest_of_the_whole_decode(
+    joe: LoadedVoice, first: int, last: int
+) -> None:
+    """``finish`` (the last frames and the end's padding in one pass) gives
+    the samples of the whole-utterance decode after those pushed before, as
+    a push and then a flush of the end alone do."""
+    vocoder = joe.vocoder
+    assert vocoder is not None
+    latent = np.ascontiguousarray(latent_of(joe, MEDIUM)[:, : first + last])
+    full = vocoder.decode(latent)
+    rows = torch.from_numpy(np.ascontiguousarray(latent.T))
+    with torch.inference_mode():
+        one_pass = stateful.DecoderStream(vocoder.model)
+        head = one_pass.push(rows[:first])
+        finished = torch.cat((head, one_pass.finish(rows[first:]))).numpy()
+        two_steps = stateful.DecoderStream(vocoder.model)
+        pieces = [two_steps.push(rows[:first]), two_steps.push(rows[first:]), two_steps.flush()]
+        stepped = torch.cat(pieces).numpy()
+    assert finished.shape == full.shape == stepped.shape
+    assert np.abs(finished - full).max() <= 1e-5
+    assert np.abs(finished - stepped).max() <= 1e-5
+    assert one_pass.flushed and one_pass.pushed == first + last
+
+
 @pytest.mark.parametrize("frames", [1, 3, 11, 20])
 def test_utterance_shorter_than_one_chunk(joe: LoadedVoice, frames: int) -> None:
     latent = latent_of(joe, SHORT)[:, :frames]
