@@ -4,15 +4,25 @@ parts, and what the overload scenario reports of a real server's refusals
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 
 import httpx
+import pytest
 
 from gateway.bench import load
-from gateway.bench.drivers import Pacing
+from gateway.bench.drivers import GatewayUser, Pacing
 from gateway.bench.load import rss_mib, vllm_omni_payload
-from gateway.bench.runner import DEFAULT_SCENARIOS, SCENARIOS, ServerUnderTest, parse_args
+from gateway.bench.measure import playout
+from gateway.bench.runner import (
+    DEFAULT_SCENARIOS,
+    SCENARIOS,
+    Progress,
+    ServerUnderTest,
+    parse_args,
+    run_users,
+)
 from tests.conftest import RunningServer
 
 
@@ -48,11 +58,40 @@ def test_the_http_base_follows_the_websocket_url() -> None:
 def test_defaults_of_the_load_scenarios() -> None:
     args = parse_args([])
     assert args.levels.split(",")[-1] == "20"  # the capacity ladder reaches the target
+    assert args.capacity_turns == "conversation"  # issue 27's ladder takes turns
     assert args.http_levels == "1,4,10,16" and args.http_requests == 24
     assert args.overload_sessions == 40 and args.overload_addresses >= 2
     assert set(DEFAULT_SCENARIOS) < set(SCENARIOS)
     assert {"http-load", "overload", "hostile"} == set(SCENARIOS) - set(DEFAULT_SCENARIOS)
     assert args.hostile_phase_s == 24 and args.hostile_every_s == 3 and args.hostile_rounds == 2
+
+
+@pytest.mark.parametrize("turn_taking", [True, False])
+async def test_a_capacity_user_takes_turns_with_its_listener(
+    piper_server: RunningServer, turn_taking: bool
+) -> None:
+    """The capacity ladder's conversations (issue 27: "with turn-taking"): a
+    user's next reply starts once its listener has heard the last one to
+    its end, not as soon as the last one's audio has all arrived (the
+    server sends it faster than it plays)."""
+    records = await run_users(
+        lambda: GatewayUser(piper_server.ws_url),
+        target="gateway",
+        scenario="capacity",
+        level=1,
+        texts=[["The first reply is a sentence of a few words.", "And a second one."]],
+        pacing=Pacing(streamed=False),
+        seed=1,
+        cancel_range_s=None,
+        progress=Progress(2, "test", io.StringIO()),
+        turn_taking=turn_taking,
+    )
+    first, second = records
+    assert first.error is None and second.error is None
+    heard = playout(first.pieces()).end
+    assert heard is not None and first.arrivals[-1] < heard - 0.5  # sent ahead of playback
+    next_text = second.sends[0][0]
+    assert (next_text >= heard) is turn_taking
 
 
 def test_rss_of_this_process() -> None:

@@ -40,7 +40,7 @@ from gateway.bench.drivers import (
     VllmOmniUser,
     WyomingUser,
 )
-from gateway.bench.measure import summarize
+from gateway.bench.measure import playout, summarize
 from gateway.bench.provenance import source_revision
 from gateway.client import ClientError
 
@@ -261,10 +261,17 @@ async def run_users(
     cancel_range_s: tuple[float, float] | None,
     progress: Progress,
     stagger_s: float = 0.0,
+    turn_taking: bool = False,
 ) -> list[Record]:
     """``len(texts)`` users at once, each speaking its texts one after another;
     with ``stagger_s``, each user starts after a seeded delay in
-    ``[0, stagger_s]`` (its connection is open from the start)."""
+    ``[0, stagger_s]`` (its connection is open from the start).  With
+    ``turn_taking``, a user sends its next text when its listener has heard
+    the last reply to its end (on the listener's clock, ``measure.playout``):
+    a conversation, whose agent answers after its user spoke, which is after
+    the agent's last reply played.  Without it the next text follows the
+    last reply's final audio at once, however far ahead of its listener
+    that audio came."""
 
     async def one(user_index: int, user_texts: list[str]) -> list[Record]:
         rng = random.Random(f"{seed}:{scenario}:{level}:{user_index}")
@@ -280,6 +287,10 @@ async def run_users(
                 cancel = rng.uniform(*cancel_range_s) if cancel_range_s else None
                 records.append(await user.utterance(record, pacing, rng, cancel))
                 progress.advance()
+                if turn_taking:
+                    heard = playout(record.pieces())
+                    if heard.end is not None:
+                        await asyncio.sleep(max(0.0, heard.end - time.perf_counter()))
         except (OSError, ClientError, ConnectionClosed, TimeoutError) as exc:
             records.append(
                 Record(target, scenario, level, user_index, len(records), "", error=str(exc))
@@ -516,6 +527,7 @@ async def _capacity(
             cancel_range_s=None,
             progress=progress,
             stagger_s=args.capacity_stagger_s,
+            turn_taking=args.capacity_turns == "conversation",
         )
         progress.close()
         cpu_after = _proc_cpu_s(server.pid) if server and server.pid else None
@@ -560,6 +572,7 @@ async def _capacity(
             "metric": f"ttfa_first_token_ms p95, {args.capacity_pacing} workload",
             "pacing": args.capacity_pacing,
             "stagger_s": args.capacity_stagger_s,
+            "turns": args.capacity_turns,
             "steps": steps,
             # automatic admission's start probe (None: a fixed door, or a peer)
             "probe_realtime_streams": await _probe_streams(server) if server else None,
@@ -691,6 +704,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("llm", "flush"),
         default="llm",
         help="capacity replies as LLM tokens (default) or each sent whole and flushed",
+    )
+    parser.add_argument(
+        "--capacity-turns",
+        choices=("conversation", "back-to-back"),
+        default="conversation",
+        help="a capacity user's next reply starts when its listener has heard the last one"
+        " (default), or as soon as the last one's audio has all arrived (before round 14)",
     )
     parser.add_argument(
         "--capacity-stagger-s",
