@@ -36,7 +36,10 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 
 def _stagger(settings: dict[str, Any]) -> str:
     stagger = settings.get("capacity_stagger_s") or 0
-    return f" (starts spread over {stagger:g} s)" if stagger else " (all starting at once)"
+    starts = f"starts spread over {stagger:g} s" if stagger else "all starting at once"
+    # (runs before round 14 sent each reply as soon as the last had arrived)
+    turns = {"conversation": ", taking turns with their listeners"}
+    return f" ({starts}{turns.get(settings.get('capacity_turns', ''), '')})"
 
 
 def load(path: Path) -> list[dict[str, Any]]:

@@ -697,7 +697,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-rate", type=float, default=20.0, help="llm tokens per second")
     parser.add_argument("--jitter", type=float, default=0.5, help="relative, uniform ±")
     parser.add_argument("--prebuffer-ms", type=float, default=0.0)
-    parser.add_argument("--levels", default="1,2,4,6,8,12,16,20", help="capacity concurrency steps")
+    parser.add_argument(
+        "--levels", default="1,2,4,6,8,10,12,16,20", help="capacity concurrency steps"
+    )
     parser.add_argument("--capacity-utterances", type=int, default=3, help="per user and step")
     parser.add_argument(
         "--capacity-pacing",
