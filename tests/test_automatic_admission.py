@@ -16,6 +16,7 @@ import pytest
 
 from gateway.engines.base import Engine
 from gateway.engines.registry import create_engine
+from gateway.flow.capacity import CPU_SHARE
 from gateway.state import FIXED_ACTIVE_STREAMS
 from tests.conftest import RunningServer, run_server
 from tests.conftest import test_settings as make_settings
@@ -105,7 +106,7 @@ async def test_the_door_reserves_the_measured_cost_of_speech() -> None:
             # faster than real time on one core, and not free
             assert 0.001 < cost < 1.0
             budget = _gauge(server, "gateway_door_budget_cores")
-            assert budget == len(os.sched_getaffinity(0)) * 0.5
+            assert budget == pytest.approx(len(os.sched_getaffinity(0)) * CPU_SHARE)
             # the reservation, less the safety cut if this machine ran late
             door = server.state.door
             assert door is not None and 0 < door.trim <= 1
