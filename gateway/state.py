@@ -126,6 +126,7 @@ class GatewayState:
                 s.max_active_streams or FIXED_ACTIVE_STREAMS,
                 s.admission_queue_length,
                 s.admission_deadline_s,
+                s.session_start_interval_s,
             ),
             self.metrics.admission("ws"),
         )
@@ -143,9 +144,11 @@ class GatewayState:
         )
 
     def door_full(self) -> bool:
-        """The door is closed: a new conversation would wait (or be refused)."""
+        """The door is closed: a new conversation would wait (or be refused)
+        for more than the pace of starts (sessions waiting only for it will
+        all have a slot)."""
         gate = self.admission
-        return gate.active >= gate.limit or gate.depth > 0
+        return gate.active + gate.depth >= gate.limit
 
     async def start_automatic_admission(self) -> asyncio.Task[None] | None:
         """Measure the engine and follow its load with the door

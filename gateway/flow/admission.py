@@ -20,6 +20,17 @@ freed slot, whatever it already holds, so as holders finish the slots
 converge to ``limit / k`` each; a client with one request waiting is never
 behind more than ``k - 1`` grants.
 
+Paced starts.  ``start_interval_s`` (WebSocket sessions:
+``session_start_interval_s``) spaces grants: after one, the next waits that
+long even with slots free, so when the door opens to many sessions at once
+(a flood at start-up, a load balancer sending a burst) they begin one after
+another, as conversations do, not all in the same instant.  Each new
+session's first audio costs the engine an acoustic head and a first chunk
+at once; a dozen of them together pushed out the next chunk of sessions
+that had only just begun, which gapped (docs/benchmarks.md, round 15).  A
+paced ticket waits in the queue like any other (its deadline, the queue's
+length and the round-robin order hold); an interval of 0 grants at once.
+
 Holders.  A ticket may name a holder (a WebSocket session): ``holders``
 lists those of the granted tickets (the capacity follower asks which of the
 admitted sessions speak).
@@ -27,7 +38,7 @@ admitted sessions speak).
 ``SlotQueue`` is pure (no clock, no I/O, no asyncio: the caller passes
 ``now``), table-tested in ``tests/flow/test_admission.py``.  ``AdmissionGate``
 is the thin event-loop layer: it reads the clock, arms one timer for the
-earliest deadline, tells a ticket's owner of its grant or refusal
+earliest deadline or paced grant, tells a ticket's owner of its grant or refusal
 (``Ticket.notify``, called soon on the loop, never inside the caller's
 stack) and keeps the surface's metrics.  Event-loop only (not thread-safe).
 """
@@ -81,10 +92,15 @@ class SlotQueue:
         limit: int,
         queue_length: int = 0,
         deadline_s: float = 0.0,
+        start_interval_s: float = 0.0,
     ) -> None:
         self.limit = limit
         self.queue_length = queue_length
         self.deadline_s = deadline_s
+        #: the least time between two grants (paced starts)
+        self.start_interval_s = start_interval_s
+        #: no grant before this time (the last grant plus the interval)
+        self._next_grant_at = -math.inf
         self.active = 0
         self.draining = False
         #: waiting tickets by client; key order is the round-robin order
@@ -125,6 +141,13 @@ class SlotQueue:
         earliest = min(times, default=math.inf)
         return None if math.isinf(earliest) else earliest
 
+    def next_grant(self) -> float | None:
+        """When a ticket waiting only for the pace may be granted (None:
+        none waits for it)."""
+        if self._depth and self.active < self.limit and math.isfinite(self._next_grant_at):
+            return self._next_grant_at
+        return None
+
     # -- changing --------------------------------------------------------------
     def ask(
         self,
@@ -146,7 +169,7 @@ class SlotQueue:
         if refusal is not None:
             self._refuse(ticket, refusal, now)
             return ticket
-        if self.active < self.limit and not self._depth:
+        if self.active < self.limit and not self._depth and now >= self._next_grant_at:
             self._grant(ticket, now)
         else:
             self._waiting.setdefault(client, deque()).append(ticket)
@@ -175,6 +198,10 @@ class SlotQueue:
             self._refuse(ticket, "deadline", now)
         return expired
 
+    def fill(self, now: float) -> list[Ticket]:
+        """Grant what the pace allows now to tickets waiting with slots free."""
+        return self._fill(now)
+
     def begin_drain(self) -> None:
         """Refuse new tickets with ``draining``; those waiting still get slots."""
         self.draining = True
@@ -189,7 +216,7 @@ class SlotQueue:
     # -- inside ------------------------------------------------------------------
     def _fill(self, now: float) -> list[Ticket]:
         granted: list[Ticket] = []
-        while self.active < self.limit and self._waiting:
+        while self.active < self.limit and self._waiting and now >= self._next_grant_at:
             client = next(iter(self._waiting))
             queue = self._waiting.pop(client)
             ticket = queue.popleft()
@@ -202,6 +229,7 @@ class SlotQueue:
 
     def _grant(self, ticket: Ticket, now: float) -> None:
         self.active += 1
+        self._next_grant_at = now + self.start_interval_s
         self._granted[ticket] = None
         ticket.state = "granted"
         ticket.decided_at = now
@@ -360,7 +388,8 @@ class AdmissionGate:
         self._report()
 
     def _arm(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        at = self.queue.next_expiry()
+        times = [t for t in (self.queue.next_expiry(), self.queue.next_grant()) if t is not None]
+        at = min(times, default=None)
         if at is None:
             if self._timer is not None:
                 self._timer.cancel()
@@ -372,12 +401,15 @@ class AdmissionGate:
             self._timer.cancel()
         assert loop is not None
         # the loop's clock is time.monotonic, as the gate's default clock is
-        self._timer = loop.call_at(at, self._expire)
+        self._timer = loop.call_at(at, self._wake)
         self._timer_at = at
 
-    def _expire(self) -> None:
+    def _wake(self) -> None:
+        """The armed time came: grant what the pace allows, refuse what expired."""
         self._timer, self._timer_at = None, math.inf
-        self._settle([], self.queue.expire(self._clock()))
+        now = self._clock()
+        granted = self.queue.fill(now)
+        self._settle(granted, self.queue.expire(now))
 
     def _report(self) -> None:
         q = self.queue
