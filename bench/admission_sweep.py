@@ -73,10 +73,10 @@ def closing(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, Any]:
     for label in labels:
         mine = [r for r in rows if r["label"] == label]
         held = [r["capacity_held"] or 0 for r in mine]
-        probes = [run_probe[r["run"]] for r in mine if r["run"] in run_probe]
-        costs = [
-            (r["capacity_held"] or 0) / run_probe[r["run"]] for r in mine if r["run"] in run_probe
-        ]
+        # a variant's own probe where it ran one, else its run's
+        own = [r["probe_realtime_streams"] or run_probe.get(r["run"]) for r in mine]
+        probes = [p for p in own if p]
+        costs = [(r["capacity_held"] or 0) / p for r, p in zip(mine, own, strict=True) if p]
         out["variants"][label] = {
             "commit": mine[0]["commit"],
             "env": mine[0]["env"],
