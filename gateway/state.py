@@ -127,6 +127,7 @@ class GatewayState:
                 s.admission_queue_length,
                 s.admission_deadline_s,
                 s.session_start_interval_s,
+                s.session_start_burst,
             ),
             self.metrics.admission("ws"),
         )

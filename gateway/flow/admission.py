@@ -20,16 +20,18 @@ freed slot, whatever it already holds, so as holders finish the slots
 converge to ``limit / k`` each; a client with one request waiting is never
 behind more than ``k - 1`` grants.
 
-Paced starts.  ``start_interval_s`` (WebSocket sessions:
-``session_start_interval_s``) spaces grants: after one, the next waits that
-long even with slots free, so when the door opens to many sessions at once
-(a flood at start-up, a load balancer sending a burst) they begin one after
-another, as conversations do, not all in the same instant.  Each new
-session's first audio costs the engine an acoustic head and a first chunk
-at once; a dozen of them together pushed out the next chunk of sessions
-that had only just begun, which gapped (docs/benchmarks.md, round 15).  A
-paced ticket waits in the queue like any other (its deadline, the queue's
-length and the round-robin order hold); an interval of 0 grants at once.
+Paced starts.  ``start_interval_s`` and ``start_burst`` (WebSocket
+sessions: ``session_start_interval_s``, ``session_start_burst``) pace
+grants as a token bucket (the generic cell rate algorithm): ``start_burst``
+grants may come at once, then one per interval, so when the door opens to
+many sessions in the same instant (a flood at start-up, a load balancer's
+burst) they begin one after another, while the few that happen to arrive
+together in ordinary traffic wait for nothing.  Each new session's first
+audio costs the engine a text encoding and a first chunk at once; a dozen
+of them together pushed out the next chunk of sessions that had only just
+begun, which gapped (docs/benchmarks.md, round 15).  A paced ticket waits
+in the queue like any other (its deadline, the queue's length and the
+round-robin order hold); an interval of 0 grants at once.
 
 Holders.  A ticket may name a holder (a WebSocket session): ``holders``
 lists those of the granted tickets (the capacity follower asks which of the
@@ -93,14 +95,16 @@ class SlotQueue:
         queue_length: int = 0,
         deadline_s: float = 0.0,
         start_interval_s: float = 0.0,
+        start_burst: int = 1,
     ) -> None:
         self.limit = limit
         self.queue_length = queue_length
         self.deadline_s = deadline_s
-        #: the least time between two grants (paced starts)
+        #: paced starts: one grant per interval after a burst of this many
         self.start_interval_s = start_interval_s
-        #: no grant before this time (the last grant plus the interval)
-        self._next_grant_at = -math.inf
+        self.start_burst = max(1, start_burst)
+        #: the pace's theoretical arrival time (one interval per grant)
+        self._paced_until = -math.inf
         self.active = 0
         self.draining = False
         #: waiting tickets by client; key order is the round-robin order
@@ -144,8 +148,9 @@ class SlotQueue:
     def next_grant(self) -> float | None:
         """When a ticket waiting only for the pace may be granted (None:
         none waits for it)."""
-        if self._depth and self.active < self.limit and math.isfinite(self._next_grant_at):
-            return self._next_grant_at
+        at = self._pace_allows_at()
+        if self._depth and self.active < self.limit and math.isfinite(at):
+            return at
         return None
 
     # -- changing --------------------------------------------------------------
@@ -169,7 +174,7 @@ class SlotQueue:
         if refusal is not None:
             self._refuse(ticket, refusal, now)
             return ticket
-        if self.active < self.limit and not self._depth and now >= self._next_grant_at:
+        if self.active < self.limit and not self._depth and now >= self._pace_allows_at():
             self._grant(ticket, now)
         else:
             self._waiting.setdefault(client, deque()).append(ticket)
@@ -216,7 +221,7 @@ class SlotQueue:
     # -- inside ------------------------------------------------------------------
     def _fill(self, now: float) -> list[Ticket]:
         granted: list[Ticket] = []
-        while self.active < self.limit and self._waiting and now >= self._next_grant_at:
+        while self.active < self.limit and self._waiting and now >= self._pace_allows_at():
             client = next(iter(self._waiting))
             queue = self._waiting.pop(client)
             ticket = queue.popleft()
@@ -227,9 +232,13 @@ class SlotQueue:
             granted.append(ticket)
         return granted
 
+    def _pace_allows_at(self) -> float:
+        """The earliest time the pace allows the next grant."""
+        return self._paced_until - (self.start_burst - 1) * self.start_interval_s
+
     def _grant(self, ticket: Ticket, now: float) -> None:
         self.active += 1
-        self._next_grant_at = now + self.start_interval_s
+        self._paced_until = max(self._paced_until, now) + self.start_interval_s
         self._granted[ticket] = None
         ticket.state = "granted"
         ticket.decided_at = now

@@ -117,20 +117,26 @@ def test_the_deadline_refuses_waiters(now: float, expired: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("asks_at", "granted_at"),
+    ("asks_at", "granted_at", "burst"),
     [
         # a burst: one at once, then one per interval, in arrival order
-        ([0.0, 0.0, 0.0, 0.0], [0.0, 0.1, 0.2, 0.3]),
+        ([0.0, 0.0, 0.0, 0.0], [0.0, 0.1, 0.2, 0.3], 1),
         # arrivals already further apart than the interval wait for nothing
-        ([0.0, 0.15, 0.3], [0.0, 0.15, 0.3]),
+        ([0.0, 0.15, 0.3], [0.0, 0.15, 0.3], 1),
         # one close behind another waits for the rest of the interval
-        ([0.0, 0.04, 0.5], [0.0, 0.1, 0.5]),
+        ([0.0, 0.04, 0.5], [0.0, 0.1, 0.5], 1),
+        # a burst of three passes at once, then the pace
+        ([0.0] * 5, [0.0, 0.0, 0.0, 0.1, 0.2], 3),
+        # the bucket refills at one per interval: after a pause, a burst again
+        ([0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.1], 3),
+        # a steady stream at the pace never waits, whatever the burst
+        ([0.0, 0.1, 0.2, 0.3], [0.0, 0.1, 0.2, 0.3], 3),
     ],
 )
 def test_paced_starts_space_grants_by_the_interval(
-    asks_at: list[float], granted_at: list[float]
+    asks_at: list[float], granted_at: list[float], burst: int
 ) -> None:
-    q = SlotQueue(8, 8, deadline_s=5.0, start_interval_s=0.1)
+    q = SlotQueue(8, 8, deadline_s=5.0, start_interval_s=0.1, start_burst=burst)
     tickets: list[Ticket] = []
     for at in asks_at:
         # the gate's timer: grant what the pace allows before the next arrival
