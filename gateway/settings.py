@@ -158,13 +158,6 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     admission_queue_length: int = 64
     #: the longest a request waits for a slot before ``busy`` (with retry advice)
     admission_deadline_s: float = 3.0
-    #: paced starts (a token bucket): after ``session_start_burst``
-    #: WebSocket sessions admitted together, at most one more per
-    #: ``session_start_interval_s``; the others wait in the admission queue
-    #: for their turn.  Interval 0: all at once (docs/configuration.md,
-    #: "Sizing admission")
-    session_start_interval_s: float = 0.06
-    session_start_burst: int = 4
     #: under ``flow_control: "ack"``, how long audio may wait on a closed
     #: window with no ``playback`` report before the utterance is cancelled
     #: (``error`` ``listener_silent``) and its slot released
@@ -254,8 +247,6 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
             (self.max_streams_per_session >= 1, "max_streams_per_session must be >= 1"),
             (self.admission_queue_length >= 0, "admission_queue_length must be >= 0"),
             (self.admission_deadline_s >= 0, "admission_deadline_s must be >= 0"),
-            (self.session_start_interval_s >= 0, "session_start_interval_s must be >= 0"),
-            (self.session_start_burst >= 1, "session_start_burst must be >= 1"),
             (self.ack_timeout_s > 0, "ack_timeout_s must be > 0"),
             (self.max_messages_per_second >= 1, "max_messages_per_second must be >= 1"),
             (self.max_connections_per_minute >= 1, "max_connections_per_minute must be >= 1"),

@@ -126,8 +126,6 @@ class GatewayState:
                 s.max_active_streams or FIXED_ACTIVE_STREAMS,
                 s.admission_queue_length,
                 s.admission_deadline_s,
-                s.session_start_interval_s,
-                s.session_start_burst,
             ),
             self.metrics.admission("ws"),
         )
@@ -145,11 +143,9 @@ class GatewayState:
         )
 
     def door_full(self) -> bool:
-        """The door is closed: a new conversation would wait (or be refused)
-        for more than the pace of starts (sessions waiting only for it will
-        all have a slot)."""
+        """The door is closed: a new conversation would wait (or be refused)."""
         gate = self.admission
-        return gate.active + gate.depth >= gate.limit
+        return gate.active >= gate.limit or gate.depth > 0
 
     async def start_automatic_admission(self) -> asyncio.Task[None] | None:
         """Measure the engine and follow its load with the door

@@ -20,19 +20,6 @@ freed slot, whatever it already holds, so as holders finish the slots
 converge to ``limit / k`` each; a client with one request waiting is never
 behind more than ``k - 1`` grants.
 
-Paced starts.  ``start_interval_s`` and ``start_burst`` (WebSocket
-sessions: ``session_start_interval_s``, ``session_start_burst``) pace
-grants as a token bucket (the generic cell rate algorithm): ``start_burst``
-grants may come at once, then one per interval, so when the door opens to
-many sessions in the same instant (a flood at start-up, a load balancer's
-burst) they begin one after another, while the few that happen to arrive
-together in ordinary traffic wait for nothing.  Each new session's first
-audio costs the engine a text encoding and a first chunk at once; a dozen
-of them together pushed out the next chunk of sessions that had only just
-begun, which gapped (docs/benchmarks.md, round 15).  A paced ticket waits
-in the queue like any other (its deadline, the queue's length and the
-round-robin order hold); an interval of 0 grants at once.
-
 Holders.  A ticket may name a holder (a WebSocket session): ``holders``
 lists those of the granted tickets (the capacity follower asks which of the
 admitted sessions speak).
@@ -40,7 +27,7 @@ admitted sessions speak).
 ``SlotQueue`` is pure (no clock, no I/O, no asyncio: the caller passes
 ``now``), table-tested in ``tests/flow/test_admission.py``.  ``AdmissionGate``
 is the thin event-loop layer: it reads the clock, arms one timer for the
-earliest deadline or paced grant, tells a ticket's owner of its grant or refusal
+earliest deadline, tells a ticket's owner of its grant or refusal
 (``Ticket.notify``, called soon on the loop, never inside the caller's
 stack) and keeps the surface's metrics.  Event-loop only (not thread-safe).
 """
@@ -94,17 +81,10 @@ class SlotQueue:
         limit: int,
         queue_length: int = 0,
         deadline_s: float = 0.0,
-        start_interval_s: float = 0.0,
-        start_burst: int = 1,
     ) -> None:
         self.limit = limit
         self.queue_length = queue_length
         self.deadline_s = deadline_s
-        #: paced starts: one grant per interval after a burst of this many
-        self.start_interval_s = start_interval_s
-        self.start_burst = max(1, start_burst)
-        #: the pace's theoretical arrival time (one interval per grant)
-        self._paced_until = -math.inf
         self.active = 0
         self.draining = False
         #: waiting tickets by client; key order is the round-robin order
@@ -145,14 +125,6 @@ class SlotQueue:
         earliest = min(times, default=math.inf)
         return None if math.isinf(earliest) else earliest
 
-    def next_grant(self) -> float | None:
-        """When a ticket waiting only for the pace may be granted (None:
-        none waits for it)."""
-        at = self._pace_allows_at()
-        if self._depth and self.active < self.limit and math.isfinite(at):
-            return at
-        return None
-
     # -- changing --------------------------------------------------------------
     def ask(
         self,
@@ -174,7 +146,7 @@ class SlotQueue:
         if refusal is not None:
             self._refuse(ticket, refusal, now)
             return ticket
-        if self.active < self.limit and not self._depth and now >= self._pace_allows_at():
+        if self.active < self.limit and not self._depth:
             self._grant(ticket, now)
         else:
             self._waiting.setdefault(client, deque()).append(ticket)
@@ -203,10 +175,6 @@ class SlotQueue:
             self._refuse(ticket, "deadline", now)
         return expired
 
-    def fill(self, now: float) -> list[Ticket]:
-        """Grant what the pace allows now to tickets waiting with slots free."""
-        return self._fill(now)
-
     def begin_drain(self) -> None:
         """Refuse new tickets with ``draining``; those waiting still get slots."""
         self.draining = True
@@ -221,7 +189,7 @@ class SlotQueue:
     # -- inside ------------------------------------------------------------------
     def _fill(self, now: float) -> list[Ticket]:
         granted: list[Ticket] = []
-        while self.active < self.limit and self._waiting and now >= self._pace_allows_at():
+        while self.active < self.limit and self._waiting:
             client = next(iter(self._waiting))
             queue = self._waiting.pop(client)
             ticket = queue.popleft()
@@ -232,13 +200,8 @@ class SlotQueue:
             granted.append(ticket)
         return granted
 
-    def _pace_allows_at(self) -> float:
-        """The earliest time the pace allows the next grant."""
-        return self._paced_until - (self.start_burst - 1) * self.start_interval_s
-
     def _grant(self, ticket: Ticket, now: float) -> None:
         self.active += 1
-        self._paced_until = max(self._paced_until, now) + self.start_interval_s
         self._granted[ticket] = None
         ticket.state = "granted"
         ticket.decided_at = now
@@ -397,8 +360,7 @@ class AdmissionGate:
         self._report()
 
     def _arm(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        times = [t for t in (self.queue.next_expiry(), self.queue.next_grant()) if t is not None]
-        at = min(times, default=None)
+        at = self.queue.next_expiry()
         if at is None:
             if self._timer is not None:
                 self._timer.cancel()
@@ -410,15 +372,12 @@ class AdmissionGate:
             self._timer.cancel()
         assert loop is not None
         # the loop's clock is time.monotonic, as the gate's default clock is
-        self._timer = loop.call_at(at, self._wake)
+        self._timer = loop.call_at(at, self._expire)
         self._timer_at = at
 
-    def _wake(self) -> None:
-        """The armed time came: grant what the pace allows, refuse what expired."""
+    def _expire(self) -> None:
         self._timer, self._timer_at = None, math.inf
-        now = self._clock()
-        granted = self.queue.fill(now)
-        self._settle(granted, self.queue.expire(now))
+        self._settle([], self.queue.expire(self._clock()))
 
     def _report(self) -> None:
         q = self.queue

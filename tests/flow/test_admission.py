@@ -116,57 +116,6 @@ def test_the_deadline_refuses_waiters(now: float, expired: list[str]) -> None:
     assert x.state in {"waiting", "refused"} and y.state in {"waiting", "refused"}
 
 
-@pytest.mark.parametrize(
-    ("asks_at", "granted_at", "burst"),
-    [
-        # a burst: one at once, then one per interval, in arrival order
-        ([0.0, 0.0, 0.0, 0.0], [0.0, 0.1, 0.2, 0.3], 1),
-        # arrivals already further apart than the interval wait for nothing
-        ([0.0, 0.15, 0.3], [0.0, 0.15, 0.3], 1),
-        # one close behind another waits for the rest of the interval
-        ([0.0, 0.04, 0.5], [0.0, 0.1, 0.5], 1),
-        # a burst of three passes at once, then the pace
-        ([0.0] * 5, [0.0, 0.0, 0.0, 0.1, 0.2], 3),
-        # the bucket refills at one per interval: after a pause, a burst again
-        ([0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.1], 3),
-        # a steady stream at the pace never waits, whatever the burst
-        ([0.0, 0.1, 0.2, 0.3], [0.0, 0.1, 0.2, 0.3], 3),
-    ],
-)
-def test_paced_starts_space_grants_by_the_interval(
-    asks_at: list[float], granted_at: list[float], burst: int
-) -> None:
-    q = SlotQueue(8, 8, deadline_s=5.0, start_interval_s=0.1, start_burst=burst)
-    tickets: list[Ticket] = []
-    for at in asks_at:
-        # the gate's timer: grant what the pace allows before the next arrival
-        while (due := q.next_grant()) is not None and due <= at:
-            q.fill(due)
-        tickets.append(q.ask(f"c{len(tickets)}", at))
-    while (due := q.next_grant()) is not None:
-        q.fill(due)
-    assert [t.decided_at for t in tickets] == pytest.approx(granted_at)
-    assert all(t.state == "granted" for t in tickets) and q.depth == 0
-
-
-def test_a_paced_waiter_keeps_its_deadline_and_no_grant_comes_before_the_interval() -> None:
-    q = SlotQueue(4, 4, deadline_s=0.05, start_interval_s=0.1)
-    first, paced = q.ask("a", 0.0), q.ask("b", 0.0)
-    assert first.state == "granted" and paced.state == "waiting"
-    assert q.next_grant() == pytest.approx(0.1) and q.fill(0.09) == []
-    assert [t.client for t in q.expire(0.05)] == ["b"] and paced.refusal == "deadline"
-    assert q.next_grant() is None  # nobody waits
-
-
-def test_paced_starts_wait_for_a_slot_like_anyone() -> None:
-    q = SlotQueue(1, 4, deadline_s=5.0, start_interval_s=0.1)
-    held, waiting = q.ask("a", 0.0), q.ask("b", 0.0)
-    assert q.next_grant() is None  # no slot free: the pace is not what it waits for
-    assert q.release(held, 0.05) == []  # freed within the interval: granted at its end
-    assert q.next_grant() == pytest.approx(0.1)
-    assert q.fill(0.1) == [waiting]
-
-
 def test_a_withdrawn_waiter_leaves_the_queue_and_a_double_release_is_harmless() -> None:
     q = SlotQueue(1, 2, deadline_s=1.0)
     held = q.ask("a", 0.0)
@@ -230,20 +179,6 @@ async def test_the_gate_notifies_grants_and_expiries_soon_and_keeps_metrics() ->
     assert len(metrics.waits) == 2 and metrics.waits[0] == 0.0
     gate.release(first)
     assert metrics.updates[-1] == (0, 1, 0)
-
-
-async def test_the_gate_grants_paced_starts_on_its_timer() -> None:
-    metrics = RecordingMetrics()
-    gate = AdmissionGate(SlotQueue(4, 4, deadline_s=5.0, start_interval_s=0.05), metrics)
-    decided: list[Ticket] = []
-    tickets = [gate.ask(c, notify=decided.append) for c in "abc"]
-    assert [t.state for t in tickets] == ["granted", "waiting", "waiting"]
-    async with asyncio.timeout(5):
-        while len(decided) < 2:
-            await asyncio.sleep(0.01)
-    assert decided == tickets[1:] and all(t.state == "granted" for t in tickets)
-    waits = [t.waited_s for t in tickets]
-    assert waits[1] >= 0.05 and waits[2] >= waits[1] + 0.05 - 1e-3
 
 
 async def test_acquire_waits_then_gets_the_slot() -> None:
