@@ -127,8 +127,13 @@ def test_record_measures() -> None:
     assert m["ttfa_first_token_ms"] == pytest.approx(400.0)
     assert m["ttfa_flush_ms"] == pytest.approx(50.0)
     assert m["underruns"] == 1 and m["underrun_ms"] == pytest.approx(300.0, abs=0.2)
+    # the listener ran out after the first sentence's 200 ms
+    assert m["first_underrun_at_ms"] == pytest.approx(200.0, abs=0.2)
     assert m["starvations"] == 0
     assert m["audio_ms"] == 400.0
+    steady = _record()
+    steady.arrivals = [10.4 + i * 0.001 for i in range(20)]
+    assert steady.measures()["first_underrun_at_ms"] is None
 
 
 def test_cancel_measures() -> None:
