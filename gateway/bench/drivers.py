@@ -157,14 +157,8 @@ class Record:
             starvations=heard.starvations,
             starvation_ms=round(heard.starvation_ms, 1),
             max_gap_ms=round(max((g.ms for g in heard.gaps), default=0.0), 1),
-            # where the first underrun began, in ms of playback from the first audio
-            first_underrun_at_ms=next(
-                (
-                    round((g.start - heard.start) * 1000.0, 1)
-                    for g in heard.gaps
-                    if g.underrun and heard.start is not None
-                ),
-                None,
+            first_underrun_at_ms=(
+                None if heard.first_underrun_ms is None else round(heard.first_underrun_ms, 1)
             ),
             compute_rtf=self.compute_rtf,
             server_first_audio_ms=self.server_first_audio_ms,

@@ -66,6 +66,15 @@ class Playout:
         return sum(g.ms - g.starved_ms for g in self.gaps if g.underrun)
 
     @property
+    def first_underrun_ms(self) -> float | None:
+        """Where the first underrun began, in ms of playback from ``start``
+        (None: no underrun)."""
+        if self.start is None:
+            return None
+        at = next((g.start for g in self.gaps if g.underrun), None)
+        return None if at is None else (at - self.start) * 1000.0
+
+    @property
     def starvations(self) -> int:
         return sum(1 for g in self.gaps if g.starvation)
 

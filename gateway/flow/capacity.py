@@ -89,11 +89,11 @@ SEED_SHARE = 0.5
 #: underrun while sixteen started within a second, the process at 1.25 of 2
 #: cores and the measured cost 0.08-0.10 CPU s per audio s.  0.55 (with the
 #: 1.2 overcommit: a door of 1.32 cores over the cost, 13-17 sessions) holds
-#: what the fixed doors held; 0.6 held it too but let more of a burst of
-#: 40 new sessions speaking all the time in at once than the machine
-#: sustains, and they gapped (26 gapped conversations in three overload runs
-#: against 1 for 0.55, same sitting; in round 15, 6 and 2 gapped of 14-15,
-#: the gaps 1-5.6 s into their speech, not at its start).  Round 13's 0.5 was
+#: what the fixed doors held.  0.6 held it too, but in the overload (40 new
+#: sessions that speak all the time) it admitted more of them at once than
+#: the machine sustains, and they gapped: 26 gapped conversations in three
+#: runs against 1 for 0.55, same sitting; in round 15, 6 and 2 of 14-15,
+#: 1-5.6 s into their speech, not at its start.  Round 13's 0.5 was
 #: calibrated on a ladder whose users asked for 1.6-2 streams each (the next
 #: reply sent as soon as the last one's audio had arrived), and stopped
 #: these conversations at 12
