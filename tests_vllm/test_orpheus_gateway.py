@@ -348,31 +348,50 @@ async def test_a_vllm_restart_fails_the_segment_and_the_session_goes_on(
     """vLLM is killed mid-segment: that segment fails with a stable error code
     (``internal``, partial audio, ``discard``: vllm-omni 0.30's action for a
     sentence whose partial audio the client drops), the session stays
-    open, and once vLLM is back the next text is spoken in full."""
-    with orpheus_server(idle_vllm, snac_folder, idle_timeout_s=600.0) as server:
-        async with await open_ws(server.ws_url) as ws:
-            await ws.recv()
-            await send(ws, type="session.config", **WS_CONFIG)
-            await send(ws, type="input.text", text=SENTENCES[0])
-            await send(ws, type="input.done")
-            while not isinstance(await ws.recv(), bytes):
-                pass
-            await asyncio.to_thread(idle_vllm.stop, True)  # killed, engine and all
-            failed = await recv_until(ws, Transcript(), limit_s=60)
-            errors = failed.of("error")
-            assert [e["code"] for e in errors] == ["internal"]
-            assert errors[0]["fatal"] is False
-            assert errors[0]["partial_audio"] is True
-            assert errors[0]["action"] == "discard"
-            assert "127.0.0.1" not in errors[0]["message"]  # no addresses in errors
-            assert failed.of("audio.done")[0]["error"] is True
-            started = time.monotonic()
+    open, and once vLLM is back the next text is spoken in full.
+
+    The kill must find the generation running: on a loaded machine vLLM may
+    have made the whole chain before the first frame reaches the client (CI
+    saw it once), and killing it then fails nothing.  Such a try is spoken
+    to its end and repeated (up to three times); one try must find it
+    running.  vLLM is started again whatever happens, so a failure here
+    does not take the server from the tests after it."""
+    try:
+        with orpheus_server(idle_vllm, snac_folder, idle_timeout_s=600.0) as server:
+            async with await open_ws(server.ws_url) as ws:
+                await ws.recv()
+                await send(ws, type="session.config", **WS_CONFIG)
+                for _ in range(3):
+                    await until(lambda: idle_vllm.num_requests_running() == 0, 30)
+                    await send(ws, type="input.text", text=SENTENCES[0])
+                    await send(ws, type="input.done")
+                    while not isinstance(await ws.recv(), bytes):
+                        pass
+                    if await asyncio.to_thread(idle_vllm.num_requests_running) >= 1:
+                        break
+                    print("vLLM had finished before the first audio; trying again")
+                    await recv_until(ws, Transcript(), limit_s=60)
+                else:
+                    raise AssertionError("in three tries vLLM never still ran at the first audio")
+                await asyncio.to_thread(idle_vllm.stop, True)  # killed, engine and all
+                failed = await recv_until(ws, Transcript(), limit_s=60)
+                errors = failed.of("error")
+                assert [e["code"] for e in errors] == ["internal"]
+                assert errors[0]["fatal"] is False
+                assert errors[0]["partial_audio"] is True
+                assert errors[0]["action"] == "discard"
+                assert "127.0.0.1" not in errors[0]["message"]  # no addresses in errors
+                assert failed.of("audio.done")[0]["error"] is True
+                started = time.monotonic()
+                await asyncio.to_thread(idle_vllm.start)
+                print(f"vLLM restarted in {time.monotonic() - started:.1f} s")
+                await until(server.state.engine.ready, 30)
+                await send(ws, type="input.text", text=SENTENCES[1])
+                await send(ws, type="input.done")
+                spoken = await recv_until(ws, Transcript(), limit_s=120)
+    finally:
+        if idle_vllm.proc is None:
             await asyncio.to_thread(idle_vllm.start)
-            print(f"vLLM restarted in {time.monotonic() - started:.1f} s")
-            await until(server.state.engine.ready, 30)
-            await send(ws, type="input.text", text=SENTENCES[1])
-            await send(ws, type="input.done")
-            spoken = await recv_until(ws, Transcript(), limit_s=120)
     assert spoken.of("error") == []
     [(start, audio)] = segments(spoken)
     assert start["sentence_text"] == SENTENCES[1]
