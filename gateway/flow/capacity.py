@@ -12,8 +12,8 @@ for an engine whose compute is the gateway's own (one that reports
   ``time.thread_time``; ``gateway.engines.deadline_worker`` says why only
   those) over the audio they made or covered, plus the event loop's CPU
   time over the audio the engine made.  Each is averaged over about
-  ``cost_average_s`` seconds of wall time (``CostMeter`` says why not over
-  an amount of audio), from samples of at least ``cost_sample_audio_s``.
+  ``cost_average_audio_s`` seconds of audio, from samples of at least
+  ``cost_sample_audio_s``.
 * **Capacity**, in real-time streams: the **budget** (``budget_cores``:
   ``CPU_SHARE`` of the cores the process may run on) over the cost, so the
   streams that may speak at once use at most that share of the machine.
@@ -143,9 +143,7 @@ class CapacityPolicy:
     cpu_share: float = CPU_SHARE
     #: no cost sample from less audio than this
     cost_sample_audio_s: float = 1.0
-    #: the cost is averaged over about this many seconds (wall time) ...
-    cost_average_s: float = 30.0
-    #: ... and no sample weighs more than its audio over this much audio
+    #: the cost is averaged over about this much audio
     cost_average_audio_s: float = 20.0
     #: 10th-percentile slack below this: more speaks than the machine serves
     tight_s: float = 0.04
@@ -184,48 +182,28 @@ def seed_capacity(realtime_streams: float, policy: CapacityPolicy) -> float:
 
 class CostMeter:
     """CPU seconds per second of audio, per part (the engine's stages and
-    the event loop), each an average over about ``average_s`` seconds of
-    wall time, built from samples of at least ``sample_audio_s`` of audio.
-    No sample weighs more than its audio over ``average_audio_s`` (after a
-    quiet minute, one small sample does not replace the average).  Pure:
-    each sample comes with ``now``.
+    the event loop), each an average over about ``average_audio_s`` of
+    audio built from samples of at least ``sample_audio_s``.  Pure."""
 
-    Why wall time: an average over a fixed amount of audio is an average
-    over less time the more streams speak (20 s of audio is under 2 s with
-    fourteen streams), and the cost of audio is not steady over two
-    seconds (a burst of first chunks costs more per audio second than the
-    rest of a reply); the door followed it from 8 to 15 sessions within a
-    minute of one ladder step (round 15).  The cost of a second of audio
-    does not change with the number of streams (0.096-0.104 CPU s per s of
-    speech from 0 to 12 speaking, docs/benchmarks.md round 16), so a longer
-    window loses nothing but the noise."""
-
-    def __init__(self, sample_audio_s: float, average_s: float, average_audio_s: float) -> None:
+    def __init__(self, sample_audio_s: float, average_audio_s: float) -> None:
         self._sample_audio_s = sample_audio_s
-        self._average_s = average_s
         self._average_audio_s = average_audio_s
         self._pending: dict[str, StageCost] = {}
-        self._sampled_at: dict[str, float] = {}
         #: each part's average (seconds of CPU per second of audio)
         self.parts: dict[str, float] = {}
 
-    def add(self, part: str, cpu_s: float, audio_s: float, now: float) -> None:
+    def add(self, part: str, cpu_s: float, audio_s: float) -> None:
         pending = self._pending.get(part, StageCost()).add(cpu_s, audio_s)
         if pending.audio_s < self._sample_audio_s:
             self._pending[part] = pending
             return
         self._pending[part] = StageCost()
         sample = pending.cpu_s / pending.audio_s
-        last = self._sampled_at.get(part)
-        self._sampled_at[part] = now
-        if last is None:
+        if part not in self.parts:
             self.parts[part] = sample
-            return
-        weight = min(
-            1.0 - math.exp(-max(0.0, now - last) / self._average_s),
-            pending.audio_s / self._average_audio_s,
-        )
-        self.parts[part] += min(1.0, weight) * (sample - self.parts[part])
+        else:
+            weight = min(1.0, pending.audio_s / self._average_audio_s)
+            self.parts[part] += weight * (sample - self.parts[part])
 
     def per_audio_s(self, parts: int) -> float | None:
         """The sum over ``parts`` parts, once every one has been measured."""
@@ -246,9 +224,7 @@ class DoorController:
         self.policy = policy
         #: capacity until the cost is measured (``seed_capacity``)
         self.seed = seed
-        self.meter = CostMeter(
-            policy.cost_sample_audio_s, policy.cost_average_s, policy.cost_average_audio_s
-        )
+        self.meter = CostMeter(policy.cost_sample_audio_s, policy.cost_average_audio_s)
         #: CPU seconds per second of audio (None until every part is measured)
         self.cost: float | None = None
         #: the share of the reservation the slack's safety cut leaves (1: all)
@@ -305,7 +281,7 @@ class DoorController:
             self.share += weight * (min(1.0, speaking / admitted) - self.share)
         weight = min(1.0, interval / p.speaking_average_s) if interval else 1.0
         self.speaking += weight * (speaking - self.speaking)
-        self._measure(now, lateness, loop_cpu_s)
+        self._measure(lateness, loop_cpu_s)
         self._slack.extend(lateness.slack_s)
         self.slack_p10 = (
             _percentile(self._slack, 0.1) if len(self._slack) >= p.min_samples else None
@@ -333,11 +309,11 @@ class DoorController:
         self.limit = self._limit()
         return self.limit
 
-    def _measure(self, now: float, lateness: Lateness, loop_cpu_s: float) -> None:
+    def _measure(self, lateness: Lateness, loop_cpu_s: float) -> None:
         for index, stage in enumerate(lateness.stages):
-            self.meter.add(f"stage {index}", stage.cpu_s, stage.audio_s, now)
+            self.meter.add(f"stage {index}", stage.cpu_s, stage.audio_s)
         if lateness.audio_s > 0:  # (the loop's CPU while nothing speaks is not audio's)
-            self.meter.add("event loop", loop_cpu_s, lateness.audio_s, now)
+            self.meter.add("event loop", loop_cpu_s, lateness.audio_s)
         self._parts = max(self._parts, len(lateness.stages) + 1)
         self.cost = self.meter.per_audio_s(self._parts)
 
