@@ -19,6 +19,7 @@ spoken (a table test in ``tests/text/test_duration.py`` holds the two close).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -46,9 +47,15 @@ _DIGIT = re.compile(r"\d")
 _SPACES = re.compile(r"\s{2,}")
 
 
+@functools.lru_cache(maxsize=1024)
 def spoken_chars(text: str) -> int:
     """About how many characters ``text`` has once spoken (a run of
-    whitespace is one pause)."""
+    whitespace is one pause).  Remembered for the last 1,024 texts: the
+    session asks on every text increment about every segment committed and
+    not yet sent, and a session waiting at the door keeps all of its
+    segments unsent.  A segment is at most ``max_segment_chars`` of text
+    (300 by default; its spoken form a few times that), so the memory stays
+    within a few megabytes."""
     kept = _SPACES.sub(" ", _SILENT.sub("", text)).strip()
     digits = len(_DIGIT.findall(kept))
     return len(kept) + digits * (CHARS_PER_DIGIT - 1)

@@ -229,6 +229,8 @@ class SegmentPolicy:
             dry = max(dry, now + lead) + self._estimate_s(cut.text)
         while self.timed:
             slack = dry - now - lead
+            if slack > self.config.clause_slack_s + _EPS:
+                break  # above the highest tier no candidate is cut: none is looked for
             pick = next(
                 (c for c in self._acceptable_candidates(now) if slack <= self._tier(c) + _EPS),
                 None,
