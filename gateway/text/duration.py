@@ -47,18 +47,33 @@ _DIGIT = re.compile(r"\d")
 _SPACES = re.compile(r"\s{2,}")
 
 
-@functools.lru_cache(maxsize=1024)
+#: texts up to this long are remembered (``spoken_chars``)
+_REMEMBERED_CHARS: Final = 2048
+
+
 def spoken_chars(text: str) -> int:
     """About how many characters ``text`` has once spoken (a run of
-    whitespace is one pause).  Remembered for the last 1,024 texts: the
+    whitespace is one pause).
+
+    The last 1,024 texts of at most 2,048 characters are remembered: the
     session asks on every text increment about every segment committed and
     not yet sent, and a session waiting at the door keeps all of its
-    segments unsent.  A segment is at most ``max_segment_chars`` of text
-    (300 by default; its spoken form a few times that), so the memory stays
-    within a few megabytes."""
+    segments unsent.  A longer text (a segment whose spoken form a lexicon
+    alias or a run of numbers made long) is counted each time and never
+    kept, so the memory stays within a few megabytes whatever clients
+    send."""
+    if len(text) > _REMEMBERED_CHARS:
+        return _count(text)
+    return _remembered(text)
+
+
+def _count(text: str) -> int:
     kept = _SPACES.sub(" ", _SILENT.sub("", text)).strip()
     digits = len(_DIGIT.findall(kept))
     return len(kept) + digits * (CHARS_PER_DIGIT - 1)
+
+
+_remembered = functools.lru_cache(maxsize=1024)(_count)
 
 
 def estimate_seconds(text: str, speed: float = 1.0) -> float:

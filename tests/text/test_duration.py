@@ -38,6 +38,15 @@ def test_markup_counts_nothing_and_digits_count_as_words(written: str, spoken: s
     assert 0.65 * want <= got <= 1.35 * want, (got, want)
 
 
+def test_a_long_text_is_counted_as_a_short_one() -> None:
+    """Past the length the estimate remembers (a segment a lexicon alias or a
+    run of numbers made long), the count is the same as for its pieces."""
+    piece = "Step 1: read it."
+    long = " ".join([piece] * 400)  # and a space between each two
+    assert len(long) > 2048 > len(piece)
+    assert spoken_chars(long) == 400 * spoken_chars(piece) + 399
+
+
 def test_text_already_spoken_is_counted_as_it_is() -> None:
     """The core and the stream pass the front-end's output: words."""
     text = "Then open the browser, and wait ten seconds for it."
