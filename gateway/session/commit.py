@@ -1,14 +1,16 @@
 """Committing the client's text: the segmentation policy's cuts become
 segments, read by the text front-end and handed to the audio streams.
 
-Text is cut when it arrives (``push``), when the policy's timer fires while
-no text arrives (``docs/segmentation.md``; an early cut commits text only
-while the session may be admitted: otherwise the text waits in the
-segmenter for more text, a flush or a free slot) and at ``input.flush`` /
-``input.done`` (``flush``).  Each committed segment is read by the
-front-end (``gateway.session.reading``) and goes to its context's stream,
-or waits with its utterance for the door or the session's share
-(``gateway.session.door``).  No I/O beyond the timer and the readings.
+Text is cut when it arrives (``push``; while the utterance waits at the
+door it is held unread, and cut when the door lets the session in), when
+the policy's timer fires while no text arrives (``docs/segmentation.md``;
+an early cut commits text only while the session may be admitted:
+otherwise the text waits in the segmenter for more text, a flush or a free
+slot) and at ``input.flush`` / ``input.done`` (``flush``).  Each
+committed segment is read by the front-end (``gateway.session.reading``)
+and goes to its context's stream, or waits with its utterance for the door
+or the session's share (``gateway.session.door``).  No I/O beyond the timer
+and the readings.
 """
 
 from __future__ import annotations
@@ -42,11 +44,26 @@ class Committer:
         self._slot_decided = slot_decided
 
     def push(self, ctx: Context, text: str) -> None:
-        """``text`` of the context's open utterance arrived (already accepted)."""
+        """``text`` of the context's open utterance arrived (already accepted).
+
+        While the utterance waits at the server's door its text is held
+        unread (``SegmentPolicy.hold``): a crowd of sessions waiting to be
+        let in or refused costs the event loop no segmentation, planning or
+        reading beside the sessions speaking; ``let_in`` cuts it."""
         now = time.monotonic()
+        if self.door.at_door(ctx.utterance):
+            ctx.policy.hold(text, now)
+            ctx.cancel_segment_timer()
+            return
         cuts = ctx.policy.push(text, now, segmentation.ahead_s(ctx, now))
         self.commit(ctx, [c.text for c in cuts])
         self.arm_timer(ctx, now)
+
+    def let_in(self, ctx: Context) -> None:
+        """The door let the session in: the context's held text is cut now
+        (as one increment) and its timer armed again."""
+        if ctx.policy.holding and ctx.utterance is not None:
+            self.push(ctx, "")
 
     def flush(self, ctx: Context) -> None:
         """``input.flush`` / ``input.done``: the rest of the segmenter's text."""

@@ -367,13 +367,16 @@ class Session:
 
     def slot_event(self, ticket: Ticket) -> list[Action]:
         """The gate decided the session's waiting ticket: on a grant the
-        waiting segments go to their streams; on a refusal (deadline,
-        draining) every waiting utterance is answered ``busy`` and reported
-        as not spoken (nothing of this session was spoken yet)."""
+        waiting segments go to their streams and the text held meanwhile is
+        cut; on a refusal (deadline, draining) every waiting utterance is
+        answered ``busy`` and reported as not spoken (nothing of this
+        session was spoken yet)."""
         if ticket is not self.door.ticket or self.state is not State.OPEN:
             return []  # withdrawn meanwhile (cancel, close): nothing waits for it
         if ticket.state == "granted":
             self.door.granted(ticket)
+            for ctx in self.contexts:
+                self.committer.let_in(ctx)
             return []
         error, refused = self.door.refused(ticket)
         actions: list[Action] = []

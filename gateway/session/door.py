@@ -5,10 +5,10 @@ ticket of the server's gate, ``gateway.flow.admission``, whose
 ``max_active_streams`` counts admitted sessions); it keeps its admission
 until it ends, so none of its utterances, contexts or re-asks is ever
 refused or cut for capacity.  A session that finds the door closed waits in
-the gate's bounded queue (its committed segments wait here, in ``waiting``,
-and more text is accepted meanwhile); past the deadline it is answered
-``busy`` before any of its audio.  Inside an admitted session,
-``max_streams_per_session`` utterances (all its contexts together) stream
+the gate's bounded queue (its committed segments wait here, in ``waiting``;
+more text is accepted meanwhile and held unread, ``Committer.push``); past
+the deadline it is answered ``busy`` before any of its audio.  Inside an
+admitted session, ``max_streams_per_session`` utterances (all its contexts together) stream
 at once; more wait here for one of the session's own to end: the share
 delays, never refuses.  An utterance streams (``holds_slot``) while
 committed text of it is being synthesized, queued or sent; text still in
@@ -64,6 +64,15 @@ class SessionDoor:
     def speaking(self) -> bool:
         """Some utterance is streaming or waiting to."""
         return bool(self.holding or self.waiting)
+
+    def at_door(self, utt: Utterance | None) -> bool:
+        """``utt`` has committed text waiting for the door (not for the share)."""
+        return (
+            self.ticket is not None
+            and self.ticket.state == "waiting"
+            and utt is not None
+            and utt in self.waiting
+        )
 
     def waits_for(self, ctx: Context) -> bool:
         """Committed segments of ``ctx`` wait for the door or the share."""

@@ -140,10 +140,17 @@ class SegmentPolicy:
         self.counts: Counter[CutKind] = Counter()
         #: when the current utterance's first text arrived
         self._first_text_at: float | None = None
+        #: text accepted and not yet looked at (``hold``), in arrival order
+        self._held: list[str] = []
 
     @property
     def buffered(self) -> str:
-        return self.segmenter.buffered
+        return self.segmenter.buffered + "".join(self._held)
+
+    @property
+    def holding(self) -> bool:
+        """Text waits unread (``hold``) for the next push, poll or flush."""
+        return bool(self._held)
 
     # --- the calls ---------------------------------------------------------
     def push(self, text: str, now: float, ahead_s: float) -> list[Cut]:
@@ -151,28 +158,43 @@ class SegmentPolicy:
 
         ``ahead_s``: audio the listener has not heard yet, including the
         estimated audio of segments committed earlier and not yet sent."""
-        if self._first_text_at is None and text and self.segmenter.awaiting_first_segment:
-            self._first_text_at = now
-        cuts = [Cut(t, _kind_of(t)) for t in self.segmenter.push(text)]
+        self._note_first_text(text, now)
+        cuts = [Cut(t, _kind_of(t)) for t in self.segmenter.push(self._take_held(text))]
         return self._decide(cuts, now, ahead_s)
+
+    def hold(self, text: str, now: float) -> None:
+        """Accept a text increment at ``now`` without looking at it: the
+        held text is cut with the next :meth:`push`, :meth:`poll` or
+        :meth:`flush`, as one increment with that call's text (sentence
+        cuts are the same for any chunking; early cuts are decided then).
+        For a session waiting at the server's door, whose segments cannot
+        be spoken before it is let in: its text costs no work meanwhile."""
+        self._note_first_text(text, now)
+        if text:
+            self._held.append(text)
 
     def poll(self, now: float, ahead_s: float) -> list[Cut]:
         """No new text: the segments the listener's buffer calls for now."""
+        if self._held:
+            return self.push("", now, ahead_s)
         return self._decide([], now, ahead_s)
 
     def flush(self) -> list[Cut]:
         """Everything buffered (``input.flush`` / ``input.done``)."""
-        cuts = [Cut(t, _kind_of(t)) for t in self.segmenter.flush()]
+        texts = self.segmenter.push(self._take_held("")) + self.segmenter.flush()
+        cuts = [Cut(t, _kind_of(t)) for t in texts]
         self.counts.update(c.kind for c in cuts)
         return cuts
 
     def end_utterance(self) -> None:
         self.segmenter.end_utterance()
         self._first_text_at = None
+        self._held.clear()
 
     def discard(self) -> str:
         self._first_text_at = None
-        return self.segmenter.discard()
+        held = self._take_held("")
+        return self.segmenter.discard() + held
 
     def next_check(self, now: float, ahead_s: float) -> float | None:
         """When to :meth:`poll` if no text arrives (None: only text helps)."""
@@ -193,6 +215,19 @@ class SegmentPolicy:
         return min(at, now + self.config.recheck_s)
 
     # --- internals ---------------------------------------------------------
+    def _note_first_text(self, text: str, now: float) -> None:
+        if self._first_text_at is None and text and self.segmenter.awaiting_first_segment:
+            self._first_text_at = now
+
+    def _take_held(self, text: str) -> str:
+        """The held text, then ``text``; nothing is held afterwards."""
+        if not self._held:
+            return text
+        self._held.append(text)
+        joined = "".join(self._held)
+        self._held.clear()
+        return joined
+
     def _estimate_s(self, text: str) -> float:
         return estimate_seconds(text, self.config.speed)
 

@@ -279,6 +279,44 @@ async def test_an_admitted_session_is_never_refused_while_the_door_is_closed() -
     assert h.admission.active == 0 and h.admission.queue.depth == 0
 
 
+async def test_text_of_a_session_waiting_at_the_door_is_held_then_all_spoken() -> None:
+    """While a session waits at the door its text is held unread (no
+    segments pile up, no timer runs); let in, it speaks every word, in
+    order; refused, the held text is reported as not spoken."""
+    h = Harness(max_active_streams=1, admission_deadline_s=30)
+    other_out = RecordingSender()
+    other = Session(h.engine, h.settings, Metrics(), h.admission, other_out)
+    _listening(h, other)
+    words = "Then the second. And a third one, which runs on for a while."
+    try:
+        h.handle(HELD)
+        other.handle(CONFIG)
+        h.handle(protocol.InputText(text="Takes the slot."))
+        h.handle(protocol.InputFlush())
+        assert other.handle(protocol.InputText(text="At the door. ")) == []
+        assert other.handle(protocol.InputFlush()) == []  # committed: it waits at the door
+        ctx = other.contexts.get(None)
+        assert ctx is not None and not other.admitted
+        assert [s.text for s in ctx.utterance.segments] == ["At the door."]  # type: ignore[union-attr]
+        for word in words.split(" "):
+            assert other.handle(protocol.InputText(text=word + " ")) == []
+            assert ctx.segment_timer is None
+        assert len(ctx.utterance.segments) == 1  # type: ignore[union-attr]
+        assert ctx.policy.holding and ctx.policy.buffered == words + " "
+        await h.session.shutdown()  # the door opens: the held text is cut and spoken
+        await _speaking_becomes(other, True)
+        assert other.admitted and not ctx.policy.holding
+        assert other.handle(protocol.InputDone()) == []
+        await other_out.wait_for(protocol.SessionDone)
+        spoken = [e.sentence_text for e in other_out.events if isinstance(e, protocol.AudioStart)]
+        assert " ".join(spoken) == "At the door. " + words
+        assert not any(isinstance(e, protocol.Error) for e in other_out.events)
+    finally:
+        await other.shutdown()
+        await h.session.shutdown()
+    assert h.admission.active == 0
+
+
 async def test_a_commit_at_a_full_door_without_a_queue_is_refused_and_keeps_the_text() -> None:
     """With no admission queue (``admission_queue_length = 0``) a session
     that is not admitted and finds the door closed is refused at once; its
@@ -328,6 +366,7 @@ async def test_a_session_that_waits_past_the_deadline_is_busy_before_any_audio()
         other.handle(protocol.InputFlush(context_id="b"))
         other.handle(protocol.InputText(text="Nor this.", context_id="c"))
         other.handle(protocol.InputFlush(context_id="c"))
+        other.handle(protocol.InputText(text="Held, unread.", context_id="c"))
         async with asyncio.timeout(5):
             while not decided:
                 await asyncio.sleep(0.01)
@@ -347,6 +386,7 @@ async def test_a_session_that_waits_past_the_deadline_is_busy_before_any_audio()
         assert error.waited_ms is not None and 100 <= error.waited_ms < 1000  # the deadline
         assert actions[1].unspoken_text == "Never gets one." and actions[1].spoken_text == ""
         assert actions[2].cancelled and actions[3].context_id == "c"
+        assert actions[4].unspoken_text == "Nor this. Held, unread."
         assert h.admission.queue.depth == 0 and h.admission.active == 1
         assert not other.speaking() and not other.admitted
         # the admitted session's next commit is still never refused

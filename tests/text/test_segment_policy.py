@@ -268,6 +268,46 @@ def test_next_check_is_when_the_tier_is_reached() -> None:
     assert policy.next_check(at, 2.0) is None  # "five six" has too few words
 
 
+@pytest.mark.parametrize(
+    ("after", "expected", "left"),
+    [
+        # the next push cuts the held text with its own, as one increment
+        ("push", ["First one.", "Second one."], "Third"),
+        # so does a poll (the timer's check); the last sentence end waits
+        # for more text, as when pushed
+        ("poll", ["First one."], "Second one."),
+        # a flush commits everything held
+        ("flush", ["First one.", "Second one."], ""),
+    ],
+)
+def test_held_text_is_cut_with_the_next_call(after: str, expected: list[str], left: str) -> None:
+    held = "First one. Second one. "
+    policy = SegmentPolicy(Segmenter("auto"))
+    for word in held.split(" "):
+        policy.hold(word + " " if word else "", 0.0)
+    assert policy.holding and policy.buffered == held
+    cuts = _then(policy, after)
+    assert texts(cuts) == expected and not policy.holding
+    assert policy.buffered.strip() == left
+    # the same as pushing the held text in one go
+    at_once = SegmentPolicy(Segmenter("auto"))
+    assert texts(at_once.push(held, 0.0, 5.0) + _then(at_once, after)) == expected
+
+
+def _then(policy: SegmentPolicy, after: str) -> list[Cut]:
+    if after == "push":
+        return policy.push("Third", 1.0, 5.0)
+    return policy.poll(1.0, 0.0) if after == "poll" else policy.flush()
+
+
+def test_held_text_is_discarded_with_the_rest() -> None:
+    policy = SegmentPolicy(Segmenter("auto"))
+    policy.push("Spoken words", 0.0, 5.0)
+    policy.hold(" and held ones", 0.1)
+    assert policy.discard() == "Spoken words and held ones"
+    assert not policy.holding and policy.buffered == ""
+
+
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError):
         PolicyConfig(first_min_words=0)
