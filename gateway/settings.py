@@ -156,8 +156,13 @@ class Settings(EngineSections, forbid_unknown_fields=True, kw_only=True):
     #: requests (sessions at the door, HTTP responses) that may wait, per
     #: surface; beyond it ``busy`` at once (0: no queue, refuse when full)
     admission_queue_length: int = 64
-    #: the longest a request waits for a slot before ``busy`` (with retry advice)
-    admission_deadline_s: float = 3.0
+    #: the longest a request waits for a slot before ``busy`` (with retry
+    #: advice).  5 s outlasts the automatic door's dip when many sessions
+    #: start together (its cost and slack readings recover 3-3.5 s after a
+    #: burst, docs/configuration.md "Sizing admission"); with 3 s the
+    #: ladder's last newcomer was refused half a second before the door
+    #: opened for it (docs/benchmarks.md, round 17)
+    admission_deadline_s: float = 5.0
     #: under ``flow_control: "ack"``, how long audio may wait on a closed
     #: window with no ``playback`` report before the utterance is cancelled
     #: (``error`` ``listener_silent``) and its slot released
