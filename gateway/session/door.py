@@ -8,11 +8,11 @@ refused or cut for capacity.  A session that finds the door closed waits in
 the gate's bounded queue (its committed segments wait here, in ``waiting``;
 more text is accepted meanwhile and held unread, ``Committer.push``); past
 the deadline it is answered ``busy`` before any of its audio.  Inside an
-admitted session, ``max_streams_per_session`` utterances (all its contexts together) stream
-at once; more wait here for one of the session's own to end: the share
-delays, never refuses.  An utterance streams (``holds_slot``) while
-committed text of it is being synthesized, queued or sent; text still in
-the segmenter holds nothing.
+admitted session, ``max_streams_per_session`` utterances (all its
+contexts together) stream at once; more wait here for one of the
+session's own to end: the share delays, never refuses.  An utterance
+streams (``holds_slot``) while committed text of it is being synthesized,
+queued or sent; text still in the segmenter holds nothing.
 
 The gate's decision arrives as an event (``Session.slot_event``, delivered
 by the endpoint): ``granted`` hands the waiting segments to their streams
