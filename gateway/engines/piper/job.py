@@ -56,7 +56,10 @@ log = logging.getLogger(__name__)
 #: within a second let the last ones' first audio go before the first ones'
 #: next, and those gapped (docs/benchmarks.md, round 14)
 FIRST_AUDIO_SLACK_S = 0.6
-#: acoustic work is due this long before the audio it feeds plays
+#: acoustic work is due this long before the audio it feeds plays.  0.5 and
+#: 0.8 s were tried (round 18, docs/benchmarks.md): under a burst of
+#: sessions fewer streams ran dry where their next sentence starts, but
+#: those heads then went before new sessions' first audio at every load
 ACOUSTIC_LEAD_S = 0.2
 #: at most this many chunks after an utterance's first are merged into it
 #: (``LoadedVoice.plan``'s ``merge``)
