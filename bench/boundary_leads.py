@@ -16,8 +16,9 @@ the p95 of first audio from the first text sent.
 
 What it answers that the harness's summary does not: whether a stream's
 audio runs dry mid-sentence or where its next sentence starts (round 18,
-docs/benchmarks.md: under a burst of paragraphs the lead collapses at
-sentence boundaries).  Alternate two servers' URLs in one sitting to
+docs/benchmarks.md: the harness's ladder and overload gapped where one
+paragraph's third sentence starts; under this heavier burst streams run
+dry mid-sentence too).  Alternate two servers' URLs in one sitting to
 compare them; ``--label`` tags the line.
 """
 
