@@ -18,13 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.engines.deadline_worker import DeadlineWorker, WorkItem
-from gateway.engines.piper.acoustic import (
-    FLOW_CONTEXT_FRAMES,
-    MAX_FLOW_WINDOW,
-    LatentWindow,
-    plan_flow_windows,
-    plan_segment_flow,
-)
+from gateway.engines.piper.acoustic import MAX_FLOW_WINDOW, plan_flow_windows
 from gateway.engines.piper.alignment import (
     align_words,
     is_sound,
@@ -79,44 +73,6 @@ def test_flow_windows_cover_frames(frames: int, first: int) -> None:
     windows = plan_flow_windows(frames, first)
     assert windows[0].start == 0 and windows[-1].end == frames
     assert all(a.end == b.start for a, b in itertools.pairwise(windows))
-
-
-def _flow_computed(frames: int, windows: list[LatentWindow]) -> int:
-    """Latent frames the flow computes for ``windows``, context included."""
-    return sum(
-        min(frames, w.end + FLOW_CONTEXT_FRAMES) - max(0, w.start - FLOW_CONTEXT_FRAMES)
-        for w in windows
-    )
-
-
-@pytest.mark.parametrize(
-    ("frames", "opens", "expected"),
-    [
-        # a segment that opens its utterance: only the first chunk's latent first
-        (80, True, [(0, 27), (27, 80)]),
-        (148, True, [(0, 27), (27, 123), (123, 148)]),
-        # any other (heard after audio before it): one window up to 256 frames
-        (80, False, [(0, 80)]),
-        (148, False, [(0, 148)]),
-        (256, False, [(0, 256)]),
-        (600, False, [(0, 256), (256, 512), (512, 600)]),
-    ],
-)
-def test_a_segment_heard_later_runs_its_flow_in_the_fewest_windows(
-    frames: int, opens: bool, expected: list[tuple[int, int]]
-) -> None:
-    windows = plan_segment_flow(frames, 27, opens)
-    assert [(w.start, w.end) for w in windows] == expected
-
-
-@given(frames=st.integers(1, 5_000), first=st.integers(1, 200))
-def test_a_later_segment_s_flow_is_bounded_and_never_costs_more(frames: int, first: int) -> None:
-    later = plan_segment_flow(frames, first, opens_utterance=False)
-    opening = plan_segment_flow(frames, first, opens_utterance=True)
-    assert later[0].start == 0 and later[-1].end == frames
-    assert all(a.end == b.start for a, b in itertools.pairwise(later))
-    assert all(w.end - w.start <= MAX_FLOW_WINDOW for w in later)
-    assert _flow_computed(frames, later) <= _flow_computed(frames, opening)
 
 
 @pytest.mark.parametrize(

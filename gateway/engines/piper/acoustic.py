@@ -164,23 +164,6 @@ def plan_flow_windows(
     return windows
 
 
-def plan_segment_flow(
-    frames: int, first_chunk_end: int, opens_utterance: bool
-) -> list[LatentWindow]:
-    """A segment's flow windows.  The segment that opens its utterance
-    (``opens_utterance``: its first chunk is the listener's first audio)
-    gets ``plan_flow_windows``: a first window of only what the first chunk
-    needs (``first_chunk_end`` frames).  Any other segment is heard after
-    audio before it, its acoustic head due a lead before it plays, so it
-    gets the fewest windows, each up to ``MAX_FLOW_WINDOW``: one for the
-    short segments LLM text makes, where three windows, each computing
-    ``FLOW_CONTEXT_FRAMES`` more on each side, cost 1.5-2x the flow
-    (``docs/engine.md``, "Flow windows")."""
-    if opens_utterance:
-        return plan_flow_windows(frames, first_chunk_end)
-    return plan_flow_windows(frames, MAX_FLOW_WINDOW, second=0)
-
-
 class AcousticModel:
     """Encoder and flow sessions of one voice (shared by all its segments)."""
 

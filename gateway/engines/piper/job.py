@@ -36,7 +36,7 @@ from gateway.engines.base import WordTiming, WordTimings
 from gateway.engines.deadline_worker import DeadlineWorker, WorkItem
 from gateway.engines.delivery import DeliveredJob
 from gateway.engines.piper import alignment, loudness
-from gateway.engines.piper.acoustic import Encoded, LatentWindow, plan_segment_flow
+from gateway.engines.piper.acoustic import Encoded, LatentWindow, plan_flow_windows
 from gateway.engines.piper.threads import ThreadPlan
 from gateway.engines.workcut import cut_ahead, cut_text
 from gateway.vocoders.stateful import ChunkWindow
@@ -278,8 +278,7 @@ class PiperSegment:
             self._publish(frames, voice.acoustic.flow_whole(encoded))
             return
         t0 = time.perf_counter()
-        opens = self.job.index == 0 and not self._continues
-        flow = plan_segment_flow(frames, windows[0].win_end, opens)
+        flow = plan_flow_windows(frames, windows[0].win_end)
         first = flow[0]
         self._publish(
             first.end,

@@ -1,6 +1,8 @@
-"""Round 19: the flow's CPU for a segment in the windows of one that opens
-its utterance against those of a later one (``plan_segment_flow``), one
-thread, process CPU, the bundled voice, median of 30 after 3 warm runs.
+"""Round 19: the flow's CPU for a segment in main's windows (every segment's
+first window only what its first chunk needs) against the fewest windows
+of 256 frames (``plan_segment_flow`` for later segments, on branch
+``xp-flow-whole``; tried, not kept), one thread, process CPU, the bundled
+voice, median of 30 after 3 warm runs.
 
     .venv/bin/python bench/results/round19/flow/flowbench.py
 """
@@ -12,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from gateway.engines.piper import PiperEngine
-from gateway.engines.piper.acoustic import plan_segment_flow
+from gateway.engines.piper.acoustic import MAX_FLOW_WINDOW, plan_flow_windows
 from gateway.engines.piper.settings import PiperSettings
 from gateway.settings import Settings
 
@@ -49,8 +51,8 @@ def main() -> None:
         ids = voice.phonemizer.phonemes_to_ids(voice.phonemize(text))
         encoded = voice.acoustic.encode(ids, voice.scales(1.0, deterministic=True))
         frames = encoded.frames
-        opening = plan_segment_flow(frames, 27, opens_utterance=True)
-        later = plan_segment_flow(frames, 27, opens_utterance=False)
+        opening = plan_flow_windows(frames, 27)  # main's plan for every segment
+        later = plan_flow_windows(frames, MAX_FLOW_WINDOW, second=0)  # xp-flow-whole's
         ms = {
             name: cpu_ms(lambda p=plan, e=encoded: [voice.acoustic.flow_window(e, w) for w in p])
             for name, plan in (("opening", opening), ("later", later))
