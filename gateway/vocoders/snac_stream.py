@@ -579,6 +579,7 @@ class SnacBatch:
 
     def leave_many(self, keys: Sequence[Any]) -> None:
         """Drop streams and their state, in one copy."""
+        self._check_members(keys)
         gone = {self.rows[key].index for key in keys}
         kept = [i for i in range(len(self.keys)) if i not in gone]
         index = torch.tensor(kept, dtype=torch.int64, device=self.decoder.device)
@@ -588,6 +589,16 @@ class SnacBatch:
         self.keys = [self.keys[i] for i in kept]
         for i, key in enumerate(self.keys):
             self.rows[key].index = i
+
+    def _check_members(self, keys: Sequence[Any]) -> None:
+        """Every key once and in the batch, checked before anything changes:
+        a wrong list must not leave the batch's rows and state out of step
+        (every stream in it would fail)."""
+        if len(set(keys)) != len(keys):
+            raise ValueError("a stream key is listed twice")
+        missing = [key for key in keys if key not in self.rows]
+        if missing:
+            raise KeyError(f"stream {missing[0]!r} has not joined")
 
     def step(self, frames: Mapping[Any, Sequence[Frame]]) -> dict[Any, np.ndarray]:
         """Decode each listed stream's new frames; returns each stream's new
@@ -612,6 +623,7 @@ class SnacBatch:
 
     def finish(self, keys: Sequence[Any]) -> dict[Any, np.ndarray]:
         """End these streams' utterances: their remaining samples; they leave."""
+        self._check_members(keys)
         for key in keys:
             row = self.rows[key]
             row.end = row.pushed

@@ -278,3 +278,42 @@ async def test_a_segment_of_several_generations_decodes_as_one_stream(
     assert snr_db(expected, got) >= 60
     assert job.stats.extra["frames"] == len(frames)
     assert job.stats.extra["dropped_tokens"] == 4  # the second item's partial frame
+
+
+async def test_a_segment_whose_tail_waits_for_room_ends_once(
+    model: torch.nn.Module, worker: DecodeWorker
+) -> None:
+    """A segment ends while its reader has not taken its chunks, so the
+    decoder's tail has no room: the tail waits for the reader, then the
+    segment ends once, with all of its audio.  (It used to be listed twice
+    after such a wait, and its second end broke the shared batch's
+    bookkeeping for every stream in it: seen in tests_vllm under CI.)"""
+    job = Job("tail")
+    stream = worker.open(job, seed=4)
+    frames = frames_of(11, 5)
+    # two pushes, two chunks nobody reads yet (MAX_UNDELIVERED)
+    for part in (frames[:3], frames[3:]):
+        pushed = stream.pushed
+        assert await stream.push(tuple(tokens_of(part)))
+        async with asyncio.timeout(30):
+            while stream.pushed == pushed:
+                await asyncio.sleep(0.01)
+    stream.end()
+    async with asyncio.timeout(30):
+        while not stream.waiting:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # the worker tried the tail and was refused
+    assert not job.finished
+    other = Job("other", index=1)
+    other_reader = Reader(other)
+    other_stream = worker.open(other, seed=5)
+    other_frames = frames_of(12, 6)
+    await feed(other_stream, tokens_of(other_frames), random.Random(3))
+    reader = Reader(job)  # the reader takes its chunks: the tail has room
+    other_stream.end()
+    await asyncio.wait_for(asyncio.gather(reader.task, other_reader.task), 60)
+    assert reader.error is None and other_reader.error is None
+    for got, plan, seed in ((reader, frames, 4), (other_reader, other_frames, 5)):
+        expected = decode_offline(model, plan, noise="keyed", seed=seed)
+        assert snr_db(expected, got.audio()) >= 60
+    assert len(worker.batch) == 0 and worker.active() == 0

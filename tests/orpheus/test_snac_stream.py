@@ -214,6 +214,17 @@ def test_batch_rejects_misuse(model: torch.nn.Module) -> None:
     with pytest.raises(ValueError, match="7 codes"):
         batch.step({"x": [(0, 1, 2, 3, 4, 5)]})
     assert batch.rows["x"].pushed == 0  # nothing was decoded
+    # a stream listed twice, or one that never joined, changes nothing: the
+    # batch's rows and state stay in step for the streams in it
+    batch.join("z")
+    sizes = [s.shape[0] for s in batch.state]
+    for keys in (["x", "x"], ["x", "y"]):
+        for call in (batch.finish, batch.leave_many):
+            with pytest.raises((ValueError, KeyError)):
+                call(keys)
+            assert batch.keys == ["x", "z"] and [s.shape[0] for s in batch.state] == sizes
+    batch.step({"x": _frames(1, 2), "z": _frames(2, 2)})
+    assert set(batch.finish(["x", "z"])) == {"x", "z"} and len(batch) == 0
 
 
 def test_load_from_folder(model: torch.nn.Module, tmp_path: Path) -> None:

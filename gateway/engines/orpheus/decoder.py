@@ -314,9 +314,9 @@ class DecodeWorker:
             tail = stream.pushed * self.decoder.samples_per_frame - stream.samples
             if self._room(stream, tail):
                 flushing.append(stream)
-            else:
-                with self.cond:  # still ending: tried again after the wake
-                    self._streams.append(stream)
+            # else still ending, and still listed (``_take`` kept it): tried
+            # again after the wake.  Listing it again made the next tick end
+            # it twice, which broke the batch for every stream in it
         if not flushing:
             return
         t0 = time.perf_counter()
