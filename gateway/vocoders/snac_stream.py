@@ -580,6 +580,9 @@ class SnacBatch:
     def leave_many(self, keys: Sequence[Any]) -> None:
         """Drop streams and their state, in one copy."""
         self._check_members(keys)
+        self._remove(keys)
+
+    def _remove(self, keys: Sequence[Any]) -> None:
         gone = {self.rows[key].index for key in keys}
         kept = [i for i in range(len(self.keys)) if i not in gone]
         index = torch.tensor(kept, dtype=torch.int64, device=self.decoder.device)
@@ -603,10 +606,9 @@ class SnacBatch:
     def step(self, frames: Mapping[Any, Sequence[Frame]]) -> dict[Any, np.ndarray]:
         """Decode each listed stream's new frames; returns each stream's new
         final samples (float32; none until the look-ahead has filled)."""
+        self._check_members(list(frames))
         groups: dict[int, list[Any]] = {}
         for key, new in frames.items():
-            if key not in self.rows:
-                raise KeyError(f"stream {key!r} has not joined")
             groups.setdefault(len(new), []).append(key)
         out: dict[Any, np.ndarray] = {}
         with torch.inference_mode():
@@ -633,7 +635,7 @@ class SnacBatch:
                 device=self.decoder.device,
             )
             out = self._push(list(keys), zeros) if keys else {}
-        self.leave_many(keys)
+        self._remove(keys)  # (checked above)
         return out
 
     def _push(self, keys: list[Any], latent: torch.Tensor) -> dict[Any, np.ndarray]:
