@@ -53,8 +53,9 @@ adaptive concurrency and Netflix's Vegas limiter size from a measured
 minimum rather than from the absence of errors.  The slack stays as a safety
 cut: below ``tight_s`` at the 10th percentile of the last ``window`` items
 (so one late item among many moves nothing), capacity is cut to
-``cut_factor`` of the streams speaking (at most every ``hold_s``, and the
-window starts again); above ``ample_s`` it comes back by ``trim_step`` of
+``cut_factor`` of the streams speaking, but to no less than ``cut_keeps``
+of itself (at most every ``hold_s``, and the window starts again: a load
+that stays too much is cut again); above ``ample_s`` it comes back by ``trim_step`` of
 the reservation at most every ``rise_every_s``, never past it.
 
 The controller is pure (the caller passes ``now`` and the readings),
@@ -163,6 +164,14 @@ class CapacityPolicy:
     min_samples: int = 16
     #: a cut sets capacity to this share of the streams speaking
     cut_factor: float = 0.85
+    #: but keeps at least this share of the capacity it cuts.  Without it a
+    #: cut while few of the admitted sessions speak closed the door to one
+    #: or two: at a start burst (eight sessions admitted at once, three
+    #: speaking while the others' first items queued: 9 -> 2, and one of the
+    #: eight refused after 5 s at the door), or with one session speaking
+    #: (7 -> 1; rounds 19-20, docs/benchmarks.md).  A cut then comes back by
+    #: ``trim_step`` a second, slower than the door's queue deadline.
+    cut_keeps: float = 0.7
     #: no further cut for this long after one
     hold_s: float = 2.0
     #: after a cut, capacity comes back by this share of the reservation at
@@ -296,7 +305,8 @@ class DoorController:
             speaking_now = max(self.speaking, float(speaking))
             if self.slack_p10 < p.tight_s and now - self._cut_at >= p.hold_s and speaking_now >= 1:
                 # (with nobody speaking, the late work was of sessions gone)
-                cut = min(self._capacity(), speaking_now) * p.cut_factor
+                capacity = self._capacity()
+                cut = max(min(capacity, speaking_now) * p.cut_factor, capacity * p.cut_keeps)
                 self.trim = min(1.0, cut / self.reservation())
                 self._cut_at = now
                 self._slack.clear()

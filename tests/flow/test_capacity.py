@@ -35,6 +35,7 @@ POLICY = CapacityPolicy(
     window=20,
     min_samples=10,
     cut_factor=0.8,
+    cut_keeps=0.5,
     hold_s=2.0,
     rise_every_s=1.0,
     trim_step=0.1,
@@ -171,7 +172,11 @@ Step = tuple[float, Lateness, int, int, int, int]
             id="no cut while nobody speaks (the late work was of sessions gone)",
         ),
         pytest.param(
-            [(1.0, TIGHT, 1, 1, 0, 1), (3.0, TIGHT, 1, 1, 0, 1)],
+            [(1.0, TIGHT, 1, 1, 0, 5), (2.0, TIGHT, 1, 1, 0, 5), (3.0, TIGHT, 1, 1, 0, 2)],
+            id="with few speaking, a cut keeps cut_keeps of the capacity; a lasting load is cut again",
+        ),
+        pytest.param(
+            [(1.0 + 2 * i, TIGHT, 1, 1, 0, n) for i, n in enumerate([5, 2, 1, 1])],
             id="never below the floor",
         ),
     ],
