@@ -173,7 +173,7 @@ Step = tuple[float, Lateness, int, int, int, int]
         ),
         pytest.param(
             [(1.0, TIGHT, 1, 1, 0, 5), (2.0, TIGHT, 1, 1, 0, 5), (3.0, TIGHT, 1, 1, 0, 2)],
-            id="with few speaking, a cut keeps cut_keeps of the capacity; a lasting load is cut again",
+            id="few speaking: a cut keeps cut_keeps of the capacity; a lasting load is cut again",
         ),
         pytest.param(
             [(1.0 + 2 * i, TIGHT, 1, 1, 0, n) for i, n in enumerate([5, 2, 1, 1])],
