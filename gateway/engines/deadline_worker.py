@@ -18,15 +18,9 @@ Lateness and slack, the admission's load signal (``gateway.flow.capacity``):
 an item that finished after it was due *and* had waited in the queue behind
 other work is late because the worker is overloaded (an item that is due the
 moment it is queued, because its text came late, is not: it did not wait).
-Each finished item's slack (due minus finished) is kept too, if it waited
-behind other work, or if it was queued with room (at least ``ROOM_S``
-before it was due) and finished on time (bounded: the last ``SLACK_KEPT``
-between two reads).  An item queued just in time that ran at once says
-nothing of load: a new utterance's head is due 0.1 s after it is queued
-and its first chunk 0.06-0.16 s, so on an idle machine they finish 0.02-0.07 s
-before they are due, under the door's ``tight_s``; counted, two of them
-among sixteen samples cut the door to one session as the first session
-of a run spoke (round 20).  ``take_lateness`` returns them since the last call, with the
+Each finished item's slack (due minus finished) is kept too, except for
+items late without waiting (bounded: the last ``SLACK_KEPT`` between two
+reads).  ``take_lateness`` returns them since the last call, with the
 seconds spent running items (how busy the busiest thread was).
 
 Cost, the admission's measure of what audio costs (``flow.capacity``): each
@@ -81,9 +75,6 @@ log = logging.getLogger(__name__)
 
 #: an item that waited longer than this in the queue waited behind other work
 CONTENDED_S = 0.02
-#: an item queued at least this long before it is due had room: its slack
-#: is load's even if it did not wait (a run slowed by contended cores)
-ROOM_S = 0.25
 #: slack samples kept between two ``take_lateness`` calls (the newest)
 SLACK_KEPT = 256
 #: an item due further than this ahead is work ahead: it may hold at most
@@ -267,7 +258,7 @@ class DeadlineWorker:
                 self._finished += 1
                 self._late += late
                 self._busy_s[index] += finished - started
-                if waited or (finished <= due and due - queued_at >= ROOM_S):
+                if waited or finished <= due:
                     self._slack.append(due - finished)
                 self._audio_s += item.audio_s
                 if alone:

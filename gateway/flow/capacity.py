@@ -125,10 +125,8 @@ class Lateness:
     finished late after waiting behind other work, the seconds its busiest
     worker spent running items, the slack of each item that finished
     (seconds between when it finished and when its audio is due; negative:
-    late), counting only items that waited behind other work or were queued
-    with room (an item queued just in time that ran at once finishes close
-    to its due time on an idle machine: not load; ``deadline_worker``), each
-    stage's cost, and the seconds of audio made."""
+    late), not counting items that were late without waiting (their text
+    came late: not load), each stage's cost, and the seconds of audio made."""
 
     finished: int = 0
     late: int = 0
