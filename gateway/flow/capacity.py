@@ -164,11 +164,11 @@ class CapacityPolicy:
     cut_factor: float = 0.85
     #: but keeps at least this share of the capacity it cuts.  Without it a
     #: cut while few of the admitted sessions speak closed the door to one
-    #: or two: at a start burst (eight sessions admitted at once, three
-    #: speaking while the others' first items queued: 9 -> 2, and one of the
-    #: eight refused after 5 s at the door), or with one session speaking
-    #: (7 -> 1; rounds 19-20, docs/benchmarks.md).  A cut then comes back by
-    #: ``trim_step`` a second, slower than the door's queue deadline.
+    #: or two: with one session speaking, as the first of a run's eight
+    #: started (7 -> 1, and twelve replies refused at the door; round 19),
+    #: or at a start burst, three of eight speaking while the others' first
+    #: items queued (9 -> 2; round 20, docs/benchmarks.md).  A cut comes
+    #: back by ``trim_step`` a second, slower than the door's queue deadline.
     cut_keeps: float = 0.7
     #: no further cut for this long after one
     hold_s: float = 2.0
