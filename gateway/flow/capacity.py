@@ -55,8 +55,9 @@ cut: below ``tight_s`` at the 10th percentile of the last ``window`` items
 (so one late item among many moves nothing), capacity is cut to
 ``cut_factor`` of the streams speaking, but to no less than ``cut_keeps``
 of itself (at most every ``hold_s``, and the window starts again: a load
-that stays too much is cut again); above ``ample_s`` it comes back by ``trim_step`` of
-the reservation at most every ``rise_every_s``, never past it.
+that stays too much is cut again); above ``ample_s`` it comes back by
+``trim_step`` of the reservation at most every ``rise_every_s``, never past
+it.
 
 The controller is pure (the caller passes ``now`` and the readings),
 table-tested in ``tests/flow/test_capacity.py``; ``follow`` is the thin loop
