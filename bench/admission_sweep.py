@@ -18,6 +18,9 @@ A variant is ``LABEL=COMMIT`` with optional ``:KEY=VALUE,...`` environment;
 GATEWAY_MAX_ACTIVE_STREAMS=N`` for each N.  Extra harness arguments follow
 ``--`` (default: the LLM-paced ladder 2..20).  Each commit is checked out
 once into a detached worktree; every run uses this checkout's virtualenv.
+Each run's harness output (``label-run.jsonl``, every utterance and
+session, and its HTML report) is kept in ``<out stem>_runs/``, and the
+server's log in ``<out stem>_logs/``.
 """
 
 from __future__ import annotations
@@ -116,6 +119,8 @@ def main() -> None:
     labels = [label for label, _, _ in variants]
     rows: list[dict[str, Any]] = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    runs = args.out.with_name(args.out.stem + "_runs")
+    runs.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="admission-sweep-") as tmp:
         trees: dict[str, Path] = {}
         for sha in sorted(set(commits.values())):
@@ -126,7 +131,7 @@ def main() -> None:
             with args.out.open("w") as fh:
                 for run in range(args.runs):
                     for label in order(labels, run):
-                        out = Path(tmp) / f"{label}-{run}.jsonl"
+                        out = runs / f"{label}-{run}.jsonl"
                         command = [sys.executable, "-m", "gateway", "bench", *bench_args]
                         command += ["--out", str(out), "--report", str(out.with_suffix(".html"))]
                         env = {**os.environ, **envs[label]}
