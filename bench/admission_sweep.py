@@ -120,7 +120,9 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     runs = args.out.with_name(args.out.stem + "_runs")
+    logs = args.out.with_name(args.out.stem + "_logs")
     runs.mkdir(exist_ok=True)
+    logs.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="admission-sweep-") as tmp:
         trees: dict[str, Path] = {}
         for sha in sorted(set(commits.values())):
@@ -146,8 +148,6 @@ def main() -> None:
                         row.update(summarize(out))
                         row.update(_capacity_extras(out))
                         if SERVER_LOG.exists():  # the door's decisions, for reading later
-                            logs = args.out.with_name(args.out.stem + "_logs")
-                            logs.mkdir(exist_ok=True)
                             shutil.copy(SERVER_LOG, logs / f"{label}-{run}.log")
                         rows.append(row)
                         fh.write(json.dumps(row) + "\n")
